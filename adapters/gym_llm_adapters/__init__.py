@@ -1,0 +1,1 @@
+"""Adapters: engines, collector, reference KL, losses, TRL and Ray integration."""

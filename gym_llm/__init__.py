@@ -1,0 +1,1 @@
+"""gym-llm: Gymnasium environments for LLM post-training."""
