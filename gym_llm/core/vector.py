@@ -1,0 +1,259 @@
+"""The native vector env: ``num_envs`` episodes stepped as one batch, with GRPO groups.
+
+Groups: ``group_size=G`` splits the ``N`` sub-envs into ``N // G`` groups of consecutive indices
+(sub-env ``i`` is in group ``i // G``). Every member of group ``g`` holds a copy of the group's task
+stream, seeded like a scalar env reset with ``seed + g * G`` (the group leader's seed), so member ``i``
+in round ``r`` gets task ``stream_g(r)`` whatever order the members' episodes finish in. With ``G = 1``
+the vector env returns exactly what :class:`gymnasium.vector.SyncVectorEnv` over scalar envs returns
+for the same seeds (same autoreset mode), apart from ``group_id``.
+
+Autoreset: ``SAME_STEP`` by default — a finished sub-env is reset inside the same ``step``, its
+terminal observation and info are in ``info["final_obs"]``/``info["final_info"]`` (masks
+``info["_final_obs"]``/``info["_final_info"]``) and the returned reward/terminated/truncated are the
+terminal step's. Every batch is then all live episodes, which is what LLM batching wants.
+``NEXT_STEP`` and ``DISABLED`` follow Gymnasium's semantics.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import numpy as np
+from gymnasium.error import ResetNeeded
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from gym_llm.core.env import TASK_SEED_BOUND
+from gym_llm.core.episode import EnvCore, Episode, resolve_reset_task
+from gym_llm.core.spaces import UnicodeText
+from gym_llm.core.tasks import TaskStream
+
+__all__ = ["LLMVectorEnv"]
+
+
+class LLMVectorEnv(VectorEnv):
+    """Native vector env over an :class:`~gym_llm.core.episode.EnvCore`.
+
+    Args:
+        core: the env's core (shared by all sub-envs).
+        num_envs: N, the number of sub-envs; a multiple of ``group_size``.
+        group_size: G, sub-envs per GRPO group (all members of a group get the same task per round).
+        autoreset_mode: a :class:`gymnasium.vector.AutoresetMode` or its string value.
+        num_workers: threads for the sub-envs' ``respond`` phase (tools, verifiers); 0 runs inline.
+            Default: inline unless the env declares slow responses.
+        render_mode: ``"ansi"`` or None.
+
+    Observations: text envs give a ``tuple[str, ...]`` of length N; token envs a dict of ``(N, L)``
+    arrays. ``info`` is Gymnasium's dict of arrays with ``_key`` masks, always with ``task_id``,
+    ``group_id`` and ``round``.
+    """
+
+    def __init__(
+        self,
+        core: EnvCore,
+        num_envs: int,
+        *,
+        group_size: int = 1,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        num_workers: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}.")
+        if not isinstance(group_size, (int, np.integer)) or group_size < 1 or num_envs % group_size:
+            raise ValueError(
+                f"group_size must be an int >= 1 that divides num_envs={num_envs}, got {group_size!r}; "
+                "num_envs = number of tasks per batch x group_size (e.g. num_envs=8, group_size=4)."
+            )
+        try:
+            autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError as e:
+            raise ValueError(
+                f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, got {autoreset_mode!r}."
+            ) from e
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be 'ansi' or None, got {render_mode!r}.")
+        self.core = core
+        self.num_envs = int(num_envs)
+        self.group_size = int(group_size)
+        self.num_groups = self.num_envs // self.group_size
+        self.autoreset_mode = autoreset_mode
+        self.render_mode = render_mode
+        self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": ["ansi"], "render_fps": 4}
+        self.single_observation_space = core.observation_space
+        self.single_action_space = core.action_space
+        self.observation_space = batch_space(core.observation_space, self.num_envs)
+        self.action_space = batch_space(core.action_space, self.num_envs)
+        self._text_obs = isinstance(core.observation_space, UnicodeText)
+        self.episodes: list[Episode] = [core.new_episode() for _ in range(self.num_envs)]
+        self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
+        self._streams: list[TaskStream | None] = [None] * self.num_envs
+        self._rounds = np.full(self.num_envs, -1, dtype=np.int64)
+        self._group_ids = np.arange(self.num_envs, dtype=np.int64) // self.group_size
+        self._done = np.ones(self.num_envs, dtype=bool)  # needs a reset before any step
+        self._started = False
+        self._last_obs: list[Any] = [None] * self.num_envs
+        workers = (4 if core.parallel_respond else 0) if num_workers is None else num_workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gym_llm_respond") if workers > 0 else None
+
+    # ----------------------------------------------------------------------------------- reset
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+        options = dict(options) if options is not None else None
+        mask = self._reset_mask(options)
+        forced = resolve_reset_task(self.core.tasks, options)
+        seeds = self._seeds(seed)
+        self._seed_streams(seeds, mask)
+        observations, infos = [None] * self.num_envs, {}
+        for i in np.flatnonzero(mask):
+            observations[i], info = self._start(i, forced)
+            infos = self._add_info(infos, info, i)
+        self._done[mask] = False
+        self._started = True
+        if not mask.all():  # partial reset: the other sub-envs keep their current observation
+            for i in np.flatnonzero(~mask):
+                observations[i] = self._last_obs[i]
+        self._last_obs = observations
+        return self._batch(observations), infos
+
+    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
+        if options is None or "reset_mask" not in options:
+            return np.ones(self.num_envs, dtype=bool)
+        mask = options.pop("reset_mask")
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},), got "
+                f"{type(mask).__name__} {getattr(mask, 'dtype', '')} {getattr(mask, 'shape', '')}."
+            )
+        if not mask.any():
+            raise ValueError("options['reset_mask'] selects no sub-env; set at least one entry to True.")
+        if not self._started and not mask.all():
+            raise ValueError("The first reset() must reset every sub-env; drop options['reset_mask'].")
+        return mask
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"reset(seed=list) needs {self.num_envs} seeds (one per sub-env), got {len(seeds)}.")
+        return seeds
+
+    def _seed_streams(self, seeds: list[int | None], mask: np.ndarray) -> None:
+        """Seed sub-env RNGs and give each group's members identical task streams (the leader's)."""
+        task_seeds: dict[int, int] = {}
+        for i in range(self.num_envs):
+            if not mask[i]:
+                continue
+            if seeds[i] is not None or self._rngs[i] is None:
+                self._rngs[i], _ = seeding.np_random(seeds[i])
+                task_seeds[i] = int(self._rngs[i].integers(TASK_SEED_BOUND))
+        n = len(self.core.tasks)
+        for i, task_seed in task_seeds.items():
+            leader = (i // self.group_size) * self.group_size
+            seed_of_group = task_seeds.get(leader)
+            if seed_of_group is None:  # the leader was not reseeded: follow its existing stream
+                seed_of_group = self._streams[leader].seed if self._streams[leader] else task_seed
+            self._streams[i] = TaskStream(n, seed_of_group, self.core.task_order)
+            self._rounds[i] = -1
+
+    def _start(self, i: int, forced) -> tuple[Any, dict[str, Any]]:
+        self._rounds[i] += 1
+        task = forced if forced is not None else self.core.tasks[self._streams[i].task_index(int(self._rounds[i]))]
+        observation, info = self.episodes[i].start(task)
+        info["task_id"] = task.task_id
+        info["group_id"] = int(self._group_ids[i])
+        info["round"] = int(self._rounds[i])
+        return observation, info
+
+    # ------------------------------------------------------------------------------------ step
+    def step(self, actions: Any):
+        if not self._started:
+            raise ResetNeeded("step() was called before reset(); call envs.reset(seed=...) first.")
+        per_env = self._split_actions(actions)
+        live = ~self._done
+        if self.autoreset_mode == AutoresetMode.DISABLED and not live.all():
+            raise ResetNeeded(
+                f"Sub-envs {np.flatnonzero(~live).tolist()} have ended and autoreset is disabled; "
+                "reset them with envs.reset(options={'reset_mask': mask})."
+            )
+        checked: list[Any] = [None] * self.num_envs
+        for i in np.flatnonzero(live):  # validate every action before any sub-env changes
+            try:
+                checked[i] = self.episodes[i].check_action(per_env[i])
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"sub-env {i}: {e}") from e
+        live_ids = np.flatnonzero(live).tolist()
+        if self._pool is not None and len(live_ids) > 1:
+            responses = dict(zip(live_ids, self._pool.map(lambda i: self.episodes[i].respond(checked[i]), live_ids)))
+        else:
+            responses = {i: self.episodes[i].respond(checked[i]) for i in live_ids}
+        return self._advance(checked, responses, live)
+
+    def _advance(self, checked: list[Any], responses: dict[int, Any], live: np.ndarray):
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        observations: list[Any] = [None] * self.num_envs
+        infos: dict[str, Any] = {}
+        for i in range(self.num_envs):
+            if not live[i]:  # NEXT_STEP: this step resets the sub-env that ended last step
+                observations[i], info = self._start(i, None)
+                self._done[i] = False
+                infos = self._add_info(infos, info, i)
+                continue
+            t = self.episodes[i].advance(checked[i], responses[i])
+            t.info["task_id"] = self.episodes[i].task.task_id
+            t.info["group_id"] = int(self._group_ids[i])
+            t.info["round"] = int(self._rounds[i])
+            rewards[i], terminated[i], truncated[i] = t.reward, t.terminated, t.truncated
+            observations[i], info = t.observation, t.info
+            if t.terminated or t.truncated:
+                if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                    infos = self._add_info(infos, {"final_obs": t.observation, "final_info": t.info}, i)
+                    observations[i], info = self._start(i, None)
+                else:
+                    self._done[i] = True
+            infos = self._add_info(infos, info, i)
+        self._last_obs = observations
+        return self._batch(observations), rewards, terminated, truncated, infos
+
+    def _split_actions(self, actions: Any) -> list[Any]:
+        """Per-sub-env actions from a batch: a sequence of N actions, or a dict of (N, ...) arrays."""
+        if isinstance(actions, dict):
+            try:
+                return [{k: v[i] for k, v in actions.items()} for i in range(self.num_envs)]
+            except (IndexError, TypeError) as e:
+                raise ValueError(
+                    f"A dict of batched actions needs arrays with a leading dimension of {self.num_envs}: {e}"
+                ) from e
+        if isinstance(actions, str) or not hasattr(actions, "__len__"):
+            raise TypeError(
+                f"Vector step() expects {self.num_envs} actions (a tuple/list, one per sub-env), got "
+                f"{type(actions).__name__}."
+            )
+        if len(actions) != self.num_envs:
+            raise ValueError(f"Vector step() expects {self.num_envs} actions, got {len(actions)}.")
+        return list(actions)
+
+    def _batch(self, observations: list[Any]):
+        if self._text_obs:
+            return tuple(observations)
+        return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+
+    # ---------------------------------------------------------------------------------- others
+    def render(self) -> tuple[str, ...] | None:
+        if self.render_mode != "ansi":
+            return None
+        return tuple(episode.render() for episode in self.episodes)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for episode in self.episodes:
+            episode.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.core.close()

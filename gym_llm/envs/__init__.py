@@ -1,0 +1,1 @@
+"""The registered environments (import a module to use its classes directly)."""

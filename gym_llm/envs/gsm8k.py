@@ -1,0 +1,200 @@
+"""``LLMGSM8K-v0``: grade-school math word problems, scored on the final answer."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.env import LLMEnv
+from gym_llm.core.episode import EnvCore
+from gym_llm.core.messages import Message
+from gym_llm.core.tasks import Task, TaskOrder
+from gym_llm.core.vector import LLMVectorEnv
+from gym_llm.rewards.gsm8k import grade, reference_answer
+from gym_llm.tasks.loading import load_hub_dataset, load_records
+
+__all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "DEFAULT_GSM8K_PROMPT"]
+
+DEFAULT_GSM8K_PROMPT = (
+    "{question}\n\nSolve the problem step by step. On the last line, write the final answer as "
+    "'#### <number>'."
+)
+"""The default prompt; ``{question}`` is replaced by the problem text."""
+
+GSM8KSource = Literal["file", "hub", "gsm_symbolic"]
+
+
+def load_gsm8k_tasks(
+    *,
+    data_files: Any = None,
+    tasks: Any = None,
+    source: GSM8KSource | None = None,
+    dataset_name: str = "openai/gsm8k",
+    dataset_config: str = "main",
+    split: str = "test",
+    num_generated: int = 1_000,
+    generator_seed: int = 0,
+    prompt_template: str = DEFAULT_GSM8K_PROMPT,
+) -> list[Task]:
+    """GSM8K tasks from the first source given (see :class:`LLMGSM8KEnv` for the arguments).
+
+    Raises:
+        RuntimeError: no source is reachable; the message lists the three options.
+    """
+    if "{question}" not in prompt_template:
+        raise ValueError(f"prompt_template must contain '{{question}}', got {prompt_template!r}.")
+    if tasks is not None:
+        records = load_records(tasks, split=split)
+    elif data_files is not None or source == "file":
+        if data_files is None:
+            raise ValueError("source='file' needs data_files= (a GSM8K .jsonl path with 'question' and 'answer').")
+        records = load_records(data_files)
+    elif source == "gsm_symbolic":
+        records = _generate_gsm_symbolic(num_generated, generator_seed)
+    elif source in (None, "hub"):
+        try:
+            records = load_hub_dataset(dataset_name, dataset_config, split)
+        except Exception as e:
+            raise RuntimeError(
+                f"Could not load GSM8K from the Hugging Face hub ({dataset_name!r}, config {dataset_config!r}, "
+                f"split {split!r}): {type(e).__name__}: {e}\nChoose one of the three sources:\n"
+                "  1. a local file:  data_files='path/to/gsm8k/test.jsonl'  (GSM8K's own jsonl, 'question'/'answer')\n"
+                "  2. the hub:       pip install 'gym-llm[datasets]' on a machine that reaches huggingface.co\n"
+                "  3. generated:     source='gsm_symbolic'  (offline, reasoning-gym: pip install 'gym-llm[gsm_symbolic]')"
+            ) from e
+    else:
+        raise ValueError(f"source must be 'file', 'hub', 'gsm_symbolic' or None, got {source!r}.")
+    out = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or "question" not in record or "answer" not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise ValueError(
+                f"GSM8K record {index} needs 'question' and 'answer' fields, got {keys}; "
+                "GSM8K's jsonl has one {'question': ..., 'answer': '... #### 42'} per line."
+            )
+        prompt = prompt_template.format(question=record["question"])
+        out.append(Task(index, (Message("user", prompt),), reference_answer(record["answer"]), record))
+    return out
+
+
+def _generate_gsm_symbolic(size: int, seed: int) -> list[dict[str, Any]]:
+    try:
+        import reasoning_gym
+    except ImportError as e:
+        raise ImportError(
+            "source='gsm_symbolic' generates problems with reasoning-gym: pip install 'gym-llm[gsm_symbolic]'."
+        ) from e
+    dataset = reasoning_gym.create_dataset("gsm_symbolic", size=int(size), seed=int(seed))
+    return [{"question": row["question"], "answer": str(row["answer"])} for row in dataset]
+
+
+class GSM8KHandler:
+    """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it ends in ``#### N``."""
+
+    def __init__(self, format_reward: float = 0.0):
+        self.format_reward = float(format_reward)
+
+    def respond(self, episode: ChatEpisode, reply: Message) -> Response:
+        result = grade(reply.content, episode.task.answer)
+        reward = float(result.correct) + self.format_reward * float(result.formatted)
+        info = {
+            "correct": result.correct,
+            "formatted": result.formatted,
+            "extracted_answer": result.extracted if result.extracted is not None else "",
+            "reference_answer": result.reference,
+        }
+        return Response(reward, True, (), info)
+
+
+def build_gsm8k_core(
+    *,
+    data_files: Any = None,
+    tasks: Any = None,
+    source: GSM8KSource | None = None,
+    dataset_name: str = "openai/gsm8k",
+    dataset_config: str = "main",
+    split: str = "test",
+    num_generated: int = 1_000,
+    generator_seed: int = 0,
+    prompt_template: str = DEFAULT_GSM8K_PROMPT,
+    format_reward: float = 0.0,
+    task_order: TaskOrder = "shuffle",
+    **chat_kwargs: Any,
+) -> EnvCore:
+    task_list = load_gsm8k_tasks(
+        data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
+        dataset_config=dataset_config, split=split, num_generated=num_generated,
+        generator_seed=generator_seed, prompt_template=prompt_template,
+    )
+    core = ChatCore(ChatConfig(**chat_kwargs), GSM8KHandler(format_reward))
+    return EnvCore(
+        tasks=task_list,
+        new_episode=core.new_episode,
+        observation_space=core.observation_space,
+        action_space=core.action_space,
+        task_order=task_order,
+        extra={"chat": core},
+    )
+
+
+class LLMGSM8KEnv(LLMEnv):
+    """Grade-school math (GSM8K).
+
+    ## Description
+    One question per episode; the policy answers once. The reply is scored by
+    :func:`gym_llm.rewards.gsm8k.grade`: the final answer is extracted (``#### N``, ``\\boxed{N}``,
+    "the answer is N", ``A: N``, else the last number), normalised and compared with the reference
+    exactly (rationals), with math-verify for non-numeric answers.
+
+    ## Action Space
+    Text mode: ``UnicodeText(max_action_chars)``; tokens mode: padded ids + mask (see ``LLMChat-v0``).
+
+    ## Observation Space
+    The question rendered with the chat template (text), or its token ids (tokens mode).
+
+    ## Rewards
+    | outcome | reward |
+    |---|---|
+    | final answer equals the reference | 1.0 |
+    | otherwise | 0.0 |
+    | plus, if the reply states ``#### N`` | ``format_reward`` (default 0.0) |
+
+    ``info``: ``correct``, ``formatted``, ``extracted_answer``, ``reference_answer``.
+
+    ## Starting State
+    The next problem of the task stream (seeded shuffle; ``options={"task_id": i}`` forces one).
+
+    ## Episode End
+    Terminated after the one assistant turn (``max_turns`` defaults to 1). Never truncated unless
+    the reply overflows the observation space.
+
+    ## Arguments
+    * ``data_files``: a local GSM8K ``.jsonl`` (``question``/``answer`` per line) — or a list of them.
+    * ``source``: ``"gsm_symbolic"`` to generate problems offline with reasoning-gym
+      (``num_generated``, ``generator_seed``); ``"hub"``/None loads ``dataset_name`` (default
+      ``openai/gsm8k``, config ``main``, ``split``) through ``datasets``.
+    * ``tasks``: records (or a ``datasets.Dataset``) with ``question``/``answer`` instead of a file.
+    * ``prompt_template`` (with ``{question}``), ``format_reward``, ``task_order``, and every
+      :class:`~gym_llm.core.chat.ChatConfig` field (``mode``, ``tokenizer``, ``system_prompt``, ...).
+
+    If none is reachable the error lists the three options.
+
+    ## Vectorized environment
+    :class:`LLMGSM8KVectorEnv`: ``gym.make_vec("LLMGSM8K-v0", num_envs=8, group_size=4, ...)`` runs 2
+    problems x 4 samples per round.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
+        super().__init__(build_gsm8k_core(**kwargs), render_mode=render_mode)
+
+
+class LLMGSM8KVectorEnv(LLMVectorEnv):
+    """Native vector env of :class:`LLMGSM8KEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`)."""
+
+    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
+        super().__init__(build_gsm8k_core(**kwargs), num_envs, group_size=group_size,
+                         autoreset_mode=autoreset_mode, num_workers=num_workers, render_mode=render_mode)

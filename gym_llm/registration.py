@@ -1,0 +1,43 @@
+"""Registration of every gym-llm env id with Gymnasium (entry points are strings: importing gym_llm stays cheap)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+__all__ = ["ENVS", "EnvInfo", "register_envs"]
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What ``gym-llm list`` shows for one env id."""
+
+    id: str
+    entry_point: str
+    vector_entry_point: str
+    description: str
+    reward_range: str
+
+
+ENVS: tuple[EnvInfo, ...] = (
+    EnvInfo("LLMChat-v0", "gym_llm.envs.chat:LLMChatEnv", "gym_llm.envs.chat:LLMChatVectorEnv",
+            "multi-turn chat; scripted or simulated user turns; reward hook", "reward_fn (default 0)"),
+    EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv", "gym_llm.envs.gsm8k:LLMGSM8KVectorEnv",
+            "grade-school math word problems, scored on the final answer", "{0, 1} (+ format_reward)"),
+    EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
+            "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)"),
+)
+
+
+def register_envs() -> None:
+    """Register every env id (idempotent)."""
+    for info in ENVS:
+        if info.id in gym.registry:
+            continue
+        gym.register(
+            id=info.id,
+            entry_point=info.entry_point,
+            vector_entry_point=info.vector_entry_point,
+            disable_env_checker=False,
+        )

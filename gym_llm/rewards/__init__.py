@@ -1,0 +1,1 @@
+"""Reward functions and verifiers (pure functions of text; no env state)."""

@@ -1,0 +1,205 @@
+r"""GSM8K answer checking: extract the final answer from a solution, normalise it, compare.
+
+Extraction, in order of precedence (the last occurrence of the first kind found wins):
+
+1. ``#### N`` — the GSM8K format;
+2. ``\boxed{N}`` — the LaTeX convention of math-tuned models;
+3. an answer statement: "the (final) answer is N", "Answer: N", a line starting ``A: N``;
+4. the last number in the text.
+
+Normalisation drops thousands separators, currency signs, ``%``, units and trailing words, trailing
+``.0``/``.00``, LaTeX wrappers (``\text``, ``\$``, ``\frac{a}{b}``, ``\dfrac``), and the Unicode minus.
+Numbers (integers, decimals, ``a/b`` fractions, mixed numbers like ``2 1/2``) compare exactly as
+rationals. Anything that does not parse as a number goes to ``math-verify`` (the maintained checker for
+symbolic equivalence). The numeric fast path exists because it is ~100x faster than math-verify
+(measured: ~8 µs vs ~1.1 ms per check on this project's 2-core CI machine) and GSM8K references are
+plain numbers; it gives the same verdict as math-verify on numbers (``tests/rewards/test_gsm8k.py``
+checks the two agree on every GSM8K test reference).
+
+Public API: :func:`score` (1.0 or 0.0), :func:`grade` (the details), :func:`extract_answer`,
+:func:`reference_answer`, :func:`parse_number`, :func:`is_equivalent`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["GSM8KGrade", "extract_answer", "grade", "is_equivalent", "parse_number", "reference_answer", "score"]
+
+_NUMBER_RE = re.compile(r"(?<![\w.])([-−]?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|[-−]?\.\d+)")
+_MIXED_RE = re.compile(r"^([-−]?\d+)\s+(\d+)\s*/\s*(\d+)$")
+_HASHES_RE = re.compile(r"####\s*([^\n]*)")
+_ANSWER_IS_RE = re.compile(
+    r"(?:the\s+)?(?:final\s+)?answer\s*(?:is|=|:)\s*[:=]?\s*([^\n]*)", re.IGNORECASE
+)
+_A_LINE_RE = re.compile(r"(?im)^\s*(?:\*\*)?(?:A|Ans|Final Answer|Answer)(?:\*\*)?\s*[:：]\s*(?:\*\*)?([^\n]*)$")
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class GSM8KGrade:
+    """The details of one check.
+
+    Attributes:
+        correct: the extracted answer equals the reference.
+        extracted: the answer text found in the completion (``None`` when nothing was found).
+        reference: the reference answer (the number after ``####`` in a raw GSM8K answer).
+        formatted: the completion states its answer as ``#### N``.
+        method: how the answer was found: ``"####"``, ``"boxed"``, ``"statement"``, ``"last_number"``
+            or ``"none"``.
+    """
+
+    correct: bool
+    extracted: str | None
+    reference: str
+    formatted: bool
+    method: str
+
+
+def reference_answer(answer: str) -> str:
+    """The reference from a raw GSM8K ``answer`` field (text ending in ``#### N``) or a bare number."""
+    if not isinstance(answer, str):
+        answer = str(answer)
+    found = _HASHES_RE.findall(answer)
+    text = found[-1] if found else answer
+    return text.strip().replace(",", "")
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed")
+    if start < 0:
+        start = text.rfind("\\fbox")
+        if start < 0:
+            return None
+    brace = text.find("{", start)
+    if brace < 0:
+        return None
+    depth = 0
+    for i in range(brace, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[brace + 1: i]
+    return None
+
+
+def extract_answer(text: str) -> tuple[str | None, str]:
+    """The final answer's text and how it was found (see the module docstring)."""
+    found = _HASHES_RE.findall(text)
+    if found and found[-1].strip():
+        return found[-1].strip(), "####"
+    boxed = _last_boxed(text)
+    if boxed is not None and boxed.strip():
+        return boxed.strip(), "boxed"
+    statements = _A_LINE_RE.findall(text) + _ANSWER_IS_RE.findall(text)
+    statements = [s for s in statements if _NUMBER_RE.search(_clean(s))]
+    if statements:
+        # the statement that comes last in the text
+        last = max(statements, key=lambda s: text.rfind(s))
+        return last.strip(), "statement"
+    numbers = _NUMBER_RE.findall(_clean(text))
+    if numbers:
+        return numbers[-1], "last_number"
+    return None, "none"
+
+
+def _clean(text: str) -> str:
+    text = _FRAC_RE.sub(r"\1/\2", text)
+    text = _TEXT_RE.sub(r" \1", text)
+    for old, new in (("\\$", "$"), ("\\%", "%"), ("\\,", ""), ("\\!", ""), ("\\ ", " "), ("−", "-"), ("–", "-")):
+        text = text.replace(old, new)
+    return text
+
+
+def parse_number(text: str | None) -> Fraction | None:
+    """The first number in ``text`` as an exact rational, or ``None``.
+
+    >>> parse_number("$1,234.50 per month"), parse_number(r"\\frac{3}{4}"), parse_number("2 1/2 cups")
+    (Fraction(2469, 2), Fraction(3, 4), Fraction(5, 2))
+    """
+    if text is None:
+        return None
+    cleaned = _clean(text).replace("$", " ").replace("€", " ").replace("£", " ")
+    mixed = re.search(r"(?<![\w.])[-]?\d+\s+\d+\s*/\s*\d+", cleaned)
+    match = _NUMBER_RE.search(cleaned)
+    if match is None:
+        return None
+    if mixed is not None and mixed.start() == match.start():
+        m = _MIXED_RE.match(mixed.group(0))
+        if m:
+            whole, num, den = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            if den:
+                sign = -1 if whole < 0 or m.group(1).startswith("-") else 1
+                return sign * (abs(whole) + Fraction(num, den))
+    token = match.group(1).replace(",", "").replace("−", "-").replace(" ", "")
+    try:
+        if "/" in token:
+            num, den = token.split("/")
+            return Fraction(num) / Fraction(den) if Fraction(den) else None
+        return Fraction(token)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+_MV_LOCK = threading.Lock()
+
+
+def _math_verify_equal(predicted: str, reference: str) -> bool:
+    """Symbolic equivalence through math-verify (imported lazily: it loads sympy)."""
+    from math_verify import parse, verify
+
+    in_main = threading.current_thread() is threading.main_thread()
+    # math-verify's own timeouts use signal.alarm, which only works in the main thread.
+    kwargs = {} if in_main else {"parsing_timeout": None}
+    gold = parse(f"${reference}$", **kwargs)
+    pred = parse(predicted if "$" in predicted or "\\" in predicted else f"${predicted}$", **kwargs)
+    if not gold or not pred:
+        return False
+    with _MV_LOCK:  # sympy caches are not thread-safe
+        return bool(verify(gold, pred, **({} if in_main else {"timeout_seconds": None})))
+
+
+def is_equivalent(predicted: str | None, reference: str) -> bool:
+    """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
+    if predicted is None:
+        return False
+    ref_value = parse_number(reference)
+    pred_value = parse_number(predicted)
+    if ref_value is not None and pred_value is not None:
+        return pred_value == ref_value
+    try:
+        return _math_verify_equal(predicted, reference)
+    except Exception:  # math-verify could not parse either side: not equivalent
+        return False
+
+
+def grade(completion: str, answer: str) -> GSM8KGrade:
+    """Check ``completion`` against ``answer`` (a raw GSM8K answer field or a bare number)."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}.")
+    reference = reference_answer(answer)
+    extracted, method = extract_answer(completion)
+    return GSM8KGrade(
+        correct=is_equivalent(extracted, reference),
+        extracted=extracted,
+        reference=reference,
+        formatted=method == "####" and parse_number(extracted) is not None,
+        method=method,
+    )
+
+
+def score(completion: str, answer: str) -> float:
+    """1.0 if the completion's final answer equals ``answer``, else 0.0.
+
+    >>> score("She sells 9 eggs at $2 each, so she makes 18 dollars. #### 18", "... #### 18")
+    1.0
+    >>> score("The answer is $1,000.", "1000"), score("A: 26", "#### 27")
+    (1.0, 0.0)
+    """
+    return 1.0 if grade(completion, answer).correct else 0.0

@@ -1,0 +1,1 @@
+"""Task data: loading records from lists, files, ``datasets`` and the hub."""

@@ -1,0 +1,133 @@
+"""Loading task records from a list, a local file, a ``datasets`` dataset or the Hugging Face hub."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["load_records", "read_jsonl", "load_hub_dataset"]
+
+PathLike = str | os.PathLike
+
+
+def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
+    """Records of a JSON-lines file (one JSON object per line; blank lines skipped).
+
+    Raises:
+        FileNotFoundError: the file does not exist (the message says what to pass instead).
+        ValueError: a line is not a JSON object (the message names the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Task file not found: {str(path)!r}. Pass the path of an existing .jsonl file "
+            "(one JSON object per line)."
+        )
+    records = []
+    try:
+        with path.open("r", encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not valid JSON ({e.msg}); each line must be one JSON object.") from e
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}.")
+                records.append(record)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e}); pass a UTF-8 .jsonl file.") from e
+    except IsADirectoryError as e:
+        raise FileNotFoundError(f"{path} is a directory; pass the path of a .jsonl file.") from e
+    if not records:
+        raise ValueError(f"{path} holds no records; it must have at least one JSON object line.")
+    return records
+
+
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return read_jsonl(path)
+    if suffix == ".json":
+        if not path.is_file():
+            raise FileNotFoundError(f"Task file not found: {str(path)!r}; pass an existing .json or .jsonl file.")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:  # JSON lines with a .json suffix
+            return read_jsonl(path)
+        if isinstance(data, Mapping) and isinstance(data.get("data"), list):
+            data = data["data"]
+        if not isinstance(data, list):
+            raise ValueError(f"{path} must hold a JSON list of records (or {{'data': [...]}}).")
+        return list(data)
+    if suffix == ".parquet":
+        if not path.is_file():
+            raise FileNotFoundError(f"Task file not found: {str(path)!r}; pass an existing .parquet file.")
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError("Reading .parquet task files needs pyarrow: pip install 'gym-llm[datasets]'.") from e
+        return pq.read_table(path).to_pylist()
+    return read_jsonl(path)
+
+
+def load_hub_dataset(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    """Records of a hub dataset through ``datasets.load_dataset`` (needs the ``datasets`` extra)."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError(
+            f"Loading {name!r} from the Hugging Face hub needs the datasets package: pip install 'gym-llm[datasets]'."
+        ) from e
+    dataset = datasets.load_dataset(name, config, split=split)
+    return [dict(row) for row in dataset]
+
+
+def _is_dataset(obj: Any) -> bool:
+    return hasattr(obj, "column_names") and hasattr(obj, "__getitem__") and hasattr(obj, "__len__")
+
+
+def load_records(
+    source: Sequence[Any] | PathLike | Iterable[Any] | Any,
+    *,
+    split: str | None = None,
+) -> list[Any]:
+    """Records from any supported source.
+
+    Args:
+        source: a list/tuple of records (strings or mappings); a path to a ``.jsonl``, ``.json`` or
+            ``.parquet`` file (or a list of such paths); a ``datasets.Dataset``; a ``datasets.DatasetDict``
+            (with ``split``); or any iterable of records.
+        split: which split of a ``DatasetDict`` to use.
+    """
+    if source is None:
+        raise ValueError("No task source given; pass a list of prompts, a .jsonl path or a datasets.Dataset.")
+    if isinstance(source, (str, os.PathLike)):
+        return _read_file(Path(source))
+    if _is_dataset(source):
+        return [dict(row) for row in source]
+    if isinstance(source, Mapping):
+        if split is None or split not in source:
+            raise ValueError(
+                f"A DatasetDict/mapping of splits needs split= naming one of {sorted(source)}, got {split!r}."
+            )
+        return load_records(source[split])
+    if isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source) \
+            and all(Path(s).suffix.lower() in (".jsonl", ".json", ".parquet", ".ndjson") for s in source):
+        records: list[Any] = []
+        for path in source:
+            records.extend(_read_file(Path(path)))
+        return records
+    try:
+        records = list(source)
+    except TypeError as e:
+        raise TypeError(
+            f"Cannot read tasks from a {type(source).__name__}; pass a list of prompts or records, a .jsonl "
+            "path, or a datasets.Dataset."
+        ) from e
+    if not records:
+        raise ValueError("The task source is empty; it must hold at least one prompt or record.")
+    return records

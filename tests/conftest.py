@@ -1,0 +1,58 @@
+"""Shared fixtures: real data, real tokenizers (built offline), tiny settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """The project's shared data folder: $GYM_LLM_DATA, ../shared/data beside the checkout, or /work/shared/data."""
+    candidates = [os.environ.get("GYM_LLM_DATA"), REPO.parent / "shared" / "data", Path("/work/shared/data")]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "gsm8k" / "test.jsonl").is_file():
+            return Path(candidate)
+    raise RuntimeError(
+        "The real GSM8K/IFEval data was not found; set GYM_LLM_DATA to the folder holding gsm8k/ and ifeval/ "
+        f"(looked in: {[str(c) for c in candidates if c]})."
+    )
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return shared_data_dir()
+
+
+@pytest.fixture(scope="session")
+def gsm8k_test_file(data_dir: Path) -> Path:
+    return data_dir / "gsm8k" / "test.jsonl"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_train_file(data_dir: Path) -> Path:
+    return data_dir / "gsm8k" / "train.jsonl"
+
+
+@pytest.fixture(scope="session")
+def ifeval_file(data_dir: Path) -> Path:
+    return data_dir / "ifeval" / "input_data.jsonl"
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """Qwen2.5's real tokenizer (pad == eos == <|im_end|>)."""
+    from gym_llm_adapters.models.tokenizers import qwen2_tokenizer
+
+    return qwen2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    """A 512-id byte-level BPE with ChatML specials (pad == eos)."""
+    from gym_llm_adapters.models.tokenizers import tiny_tokenizer
+
+    return tiny_tokenizer()
