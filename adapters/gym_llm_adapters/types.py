@@ -1,0 +1,194 @@
+"""Typed records that cross module boundaries in the adapters: engine completions, collected steps,
+episodes (trajectories) and padded training batches.
+
+Conventions (all modules follow them):
+
+* Token-aligned arrays have one entry per token of the sequence they describe. A log-prob at position
+  ``t`` is ``log p(token_t | tokens_<t)``; positions the policy did not sample hold 0.0.
+* ``policy_mask`` (a.k.a. assistant mask) is 1 where the policy sampled the token, 0 for prompt and
+  env/tool tokens. Losses and KL only ever look at positions where it is 1.
+* ``version`` is the engine's integer policy version at the time it generated the tokens.
+* Arrays are numpy in records (cheap to write to disk, no torch needed); :meth:`RolloutBatch.to_torch`
+  gives tensors for training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Completion", "StepRecord", "Trajectory", "RolloutBatch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sampled continuation of a prompt.
+
+    Attributes:
+        prompt_ids: ``(P,)`` int64, the prompt the engine conditioned on.
+        token_ids: ``(T,)`` int64, the sampled tokens (eos included when generation stopped on it).
+        logprobs: ``(T,)`` float32, log-prob of every sampled token under the engine's policy (first
+            token included), before temperature/top-p processing unless the engine says otherwise.
+        text: the decoded completion.
+        finish_reason: ``"stop"`` (eos or a stop condition) or ``"length"``.
+        version: the engine's policy version that produced it.
+    """
+
+    prompt_ids: np.ndarray
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    text: str
+    finish_reason: str
+    version: int
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One env step of one sub-env, as the collector saw it.
+
+    Attributes:
+        env_index: which sub-env of the vector env.
+        task_id / group_id / round / turn: from the env's info (``turn`` is 1-based after the step).
+        prompt_ids: ``(P,)`` the observation tokens the policy conditioned on.
+        completion_ids: ``(T,)`` the sampled tokens (the action).
+        logprobs: ``(T,)`` float32 engine log-probs of ``completion_ids``.
+        reward / terminated / truncated: the env's step result.
+        version: the engine version that generated ``completion_ids``.
+        prompt_text / completion_text: decoded text of both.
+        finish_reason: the engine's finish reason.
+        info: the sub-env's step info (scalars and strings only; per-token arrays are dropped).
+    """
+
+    env_index: int
+    task_id: int
+    group_id: int
+    round: int
+    turn: int
+    prompt_ids: np.ndarray
+    completion_ids: np.ndarray
+    logprobs: np.ndarray
+    reward: float
+    terminated: bool
+    truncated: bool
+    version: int
+    prompt_text: str = ""
+    completion_text: str = ""
+    finish_reason: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """One completed episode of one sub-env.
+
+    Attributes:
+        task_id / group_id / round: identify the task and the GRPO group sample.
+        token_ids: ``(S,)`` int64, the full token sequence: prompt + sampled + env + sampled + ...
+        policy_mask: ``(S,)`` int8, 1 where the policy sampled the token.
+        logprobs: ``(S,)`` float32, engine log-probs at sampled positions, 0.0 elsewhere.
+        prompt_length: tokens of the opening prompt (``policy_mask[:prompt_length] == 0``).
+        rewards: per-step rewards; :attr:`reward` is their sum.
+        versions: per-step engine versions.
+        terminated / truncated: how the episode ended.
+        steps: the per-step records.
+    """
+
+    task_id: int
+    group_id: int
+    round: int
+    token_ids: np.ndarray
+    policy_mask: np.ndarray
+    logprobs: np.ndarray
+    prompt_length: int
+    rewards: list[float]
+    versions: list[int]
+    terminated: bool
+    truncated: bool
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return int(self.policy_mask.sum())
+
+
+@dataclass(slots=True)
+class RolloutBatch:
+    """Trajectories padded to a common length ``S`` (right padding) for training.
+
+    Attributes:
+        input_ids: ``(B, S)`` int64.
+        attention_mask: ``(B, S)`` int8, 1 for real tokens.
+        policy_mask: ``(B, S)`` int8, 1 for sampled tokens (the loss mask).
+        logprobs: ``(B, S)`` float32, engine ("old") log-probs at sampled positions.
+        rewards: ``(B,)`` float32, episode returns.
+        group_ids / task_ids / rounds / versions: ``(B,)`` int64 (``versions`` = the oldest version
+            that contributed tokens to the episode).
+        ref_logprobs: ``(B, S)`` float32 reference-model log-probs, once computed (else None).
+        advantages: ``(B,)`` float32, once computed (else None).
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    policy_mask: np.ndarray
+    logprobs: np.ndarray
+    rewards: np.ndarray
+    group_ids: np.ndarray
+    task_ids: np.ndarray
+    rounds: np.ndarray
+    versions: np.ndarray
+    ref_logprobs: np.ndarray | None = None
+    advantages: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @classmethod
+    def from_trajectories(cls, trajectories: Sequence[Trajectory], *, pad_id: int = 0) -> "RolloutBatch":
+        """Pad ``trajectories`` to the longest one. ``pad_id`` only fills ``input_ids``; the masks say
+        what is real."""
+        if not trajectories:
+            raise ValueError("RolloutBatch.from_trajectories needs at least one trajectory.")
+        B, S = len(trajectories), max(len(t.token_ids) for t in trajectories)
+        input_ids = np.full((B, S), pad_id, dtype=np.int64)
+        attention_mask = np.zeros((B, S), dtype=np.int8)
+        policy_mask = np.zeros((B, S), dtype=np.int8)
+        logprobs = np.zeros((B, S), dtype=np.float32)
+        for b, t in enumerate(trajectories):
+            n = len(t.token_ids)
+            input_ids[b, :n] = t.token_ids
+            attention_mask[b, :n] = 1
+            policy_mask[b, :n] = t.policy_mask
+            logprobs[b, :n] = t.logprobs
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            policy_mask=policy_mask,
+            logprobs=logprobs,
+            rewards=np.array([t.reward for t in trajectories], dtype=np.float32),
+            group_ids=np.array([t.group_id for t in trajectories], dtype=np.int64),
+            task_ids=np.array([t.task_id for t in trajectories], dtype=np.int64),
+            rounds=np.array([t.round for t in trajectories], dtype=np.int64),
+            versions=np.array([min(t.versions) if t.versions else -1 for t in trajectories], dtype=np.int64),
+        )
+
+    def to_torch(self, device: Any = "cpu") -> dict[str, Any]:
+        """The batch's arrays as torch tensors on ``device`` (masks as bool)."""
+        import torch
+
+        out: dict[str, Any] = {}
+        for name in ("input_ids", "attention_mask", "policy_mask", "logprobs", "rewards", "group_ids",
+                     "task_ids", "rounds", "versions", "ref_logprobs", "advantages"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            tensor = torch.from_numpy(np.ascontiguousarray(value))
+            if name in ("attention_mask", "policy_mask"):
+                tensor = tensor.bool()
+            out[name] = tensor.to(device)
+        return out
