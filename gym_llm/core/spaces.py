@@ -139,3 +139,31 @@ def pack_tokens(token_ids: Sequence[int] | np.ndarray, max_length: int) -> dict[
 def unpack_tokens(packed: dict[str, np.ndarray]) -> np.ndarray:
     """The real token ids of a packed sequence: ``input_ids[attention_mask == 1]`` (any mask layout)."""
     return np.asarray(packed["input_ids"])[np.asarray(packed["attention_mask"]).astype(bool)]
+
+
+# --- Flattening and shared memory -------------------------------------------------------------------
+# Gymnasium flattens Text through its charset index, which cannot hold arbitrary Unicode, and
+# AsyncVectorEnv's shared memory uses that flattening. UnicodeText flattens to UTF-32 code points
+# padded with -1 instead, in the same int32 buffer layout, so AsyncVectorEnv(shared_memory=True) works.
+from gymnasium.spaces.utils import flatten as _flatten, unflatten as _unflatten  # noqa: E402
+from gymnasium.vector.utils.shared_memory import read_from_shared_memory as _read_shared  # noqa: E402
+
+
+@_flatten.register(UnicodeText)
+def _flatten_unicode_text(space: UnicodeText, x: str) -> np.ndarray:
+    out = np.full(space.max_length, -1, dtype=np.int32)
+    code_points = np.frombuffer(x.encode("utf-32-le"), dtype=np.int32)
+    out[: len(code_points)] = code_points
+    return out
+
+
+@_unflatten.register(UnicodeText)
+def _unflatten_unicode_text(space: UnicodeText, x: np.ndarray) -> str:
+    x = np.asarray(x, dtype=np.int32)
+    return x[x >= 0].tobytes().decode("utf-32-le")
+
+
+@_read_shared.register(UnicodeText)
+def _read_unicode_text_from_shared_memory(space: UnicodeText, shared_memory: Any, n: int = 1) -> tuple[str, ...]:
+    data = np.frombuffer(shared_memory.get_obj(), dtype=np.int32).reshape((n, space.max_length))
+    return tuple(_unflatten_unicode_text(space, row) for row in data)

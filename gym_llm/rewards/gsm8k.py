@@ -29,7 +29,11 @@ from fractions import Fraction
 
 __all__ = ["GSM8KGrade", "extract_answer", "grade", "is_equivalent", "parse_number", "reference_answer", "score"]
 
-_NUMBER_RE = re.compile(r"(?<![\w.])([-−]?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|[-−]?\.\d+)")
+_NUMBER_RE = re.compile(
+    r"(?<![\w.])([-−]?\d+\s+\d+\s*/\s*\d+(?![\d.,])"  # a mixed number: 2 1/2
+    r"|[-−]?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"  # 1,234.5  3/4
+    r"|[-−]?\.\d+)"  # .5
+)
 _MIXED_RE = re.compile(r"^([-−]?\d+)\s+(\d+)\s*/\s*(\d+)$")
 _HASHES_RE = re.compile(r"####\s*([^\n]*)")
 _ANSWER_IS_RE = re.compile(
@@ -158,19 +162,35 @@ def _math_verify_equal(predicted: str, reference: str) -> bool:
     # math-verify's own timeouts use signal.alarm, which only works in the main thread.
     kwargs = {} if in_main else {"parsing_timeout": None}
     gold = parse(f"${reference}$", **kwargs)
-    pred = parse(predicted if "$" in predicted or "\\" in predicted else f"${predicted}$", **kwargs)
+    pred = parse(predicted if "$" in predicted else f"${predicted}$", **kwargs)
     if not gold or not pred:
         return False
     with _MV_LOCK:  # sympy caches are not thread-safe
         return bool(verify(gold, pred, **({} if in_main else {"timeout_seconds": None})))
 
 
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\n")
+
+
+def _final_segment(text: str) -> str:
+    """An answer's first sentence, after its last ``=`` ("9 * 2 = 18. Check: ..." -> " 18")."""
+    text = _SENTENCE_END_RE.split(text, maxsplit=1)[0]
+    return text.rsplit("=", 1)[-1] if "=" in text else text
+
+
+def _is_plain(text: str) -> bool:
+    """True when ``text`` is a number with words or units around it, not an expression that needs a CAS."""
+    cleaned = _clean(text)
+    return not any(c in cleaned for c in "\\^{}") and "sqrt" not in cleaned
+
+
 def is_equivalent(predicted: str | None, reference: str) -> bool:
     """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
     if predicted is None:
         return False
-    ref_value = parse_number(reference)
-    pred_value = parse_number(predicted)
+    predicted = _final_segment(predicted)
+    ref_value = parse_number(reference) if _is_plain(reference) else None
+    pred_value = parse_number(predicted) if _is_plain(predicted) else None
     if ref_value is not None and pred_value is not None:
         return pred_value == ref_value
     try:
@@ -189,7 +209,7 @@ def grade(completion: str, answer: str) -> GSM8KGrade:
         correct=is_equivalent(extracted, reference),
         extracted=extracted,
         reference=reference,
-        formatted=method == "####" and parse_number(extracted) is not None,
+        formatted=method == "####" and parse_number(_final_segment(extracted)) is not None,
         method=method,
     )
 

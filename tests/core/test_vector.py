@@ -1,0 +1,207 @@
+"""Native vector envs: parity with SyncVectorEnv, GRPO groups, autoreset semantics, bad input."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import gym_llm  # noqa: F401  (registers the ids)
+from gym_llm.core.messages import Message
+
+PROMPTS = [{"prompt": f"Question {i}?", "follow_ups": ["More?"] * (i % 3)} for i in range(7)]
+
+
+def _end_on_bye(messages, task):
+    """A user simulator whose conversation length depends on the policy's reply."""
+    return None if "bye" in messages[-1].content else "Go on."
+
+
+def _reward(task, messages):
+    return float(len(messages[-1].content)) + task.task_id / 100
+
+
+def _actions(rng, n):
+    return tuple("bye" if rng.random() < 0.4 else f"reply {rng.integers(100)}" for _ in range(n))
+
+
+def _assert_infos_equal(a: dict, b: dict, skip=("group_id", "_group_id")):
+    assert set(a) - set(skip) == set(b) - set(skip)
+    for key in a:
+        if key in skip:
+            continue
+        if isinstance(a[key], dict):
+            _assert_infos_equal(a[key], b[key], skip)
+        elif a[key].dtype == object:
+            assert len(a[key]) == len(b[key])
+            for x, y in zip(a[key], b[key]):
+                if isinstance(x, dict):
+                    _assert_infos_equal(x, y, skip)
+                else:
+                    assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+        else:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
+def test_native_equals_sync_vector_env(mode):
+    kwargs = dict(prompts=PROMPTS, user_simulator=_end_on_bye, reward_fn=_reward, max_turns=3)
+    native = gym.make_vec("LLMChat-v0", num_envs=4, vectorization_mode="vector_entry_point",
+                          autoreset_mode=mode, **kwargs)
+    sync = gym.make_vec("LLMChat-v0", num_envs=4, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode}, **kwargs)
+    assert native.metadata["autoreset_mode"] == mode
+    obs_n, info_n = native.reset(seed=7)
+    obs_s, info_s = sync.reset(seed=7)
+    assert obs_n == obs_s
+    _assert_infos_equal(info_n, info_s)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        actions = _actions(rng, 4)
+        out_n, out_s = native.step(actions), sync.step(actions)
+        assert out_n[0] == out_s[0]
+        for x, y in zip(out_n[1:4], out_s[1:4]):
+            np.testing.assert_array_equal(x, y)
+        _assert_infos_equal(out_n[4], out_s[4])
+    native.close(), sync.close()
+
+
+def test_groups_share_tasks_per_round_whatever_the_finish_order():
+    envs = gym.make_vec("LLMChat-v0", num_envs=8, group_size=4, prompts=PROMPTS,
+                        user_simulator=_end_on_bye, max_turns=4)
+    assert envs.unwrapped.num_groups == 2
+    _, info = envs.reset(seed=3)
+    seen: dict[tuple[int, int], set[int]] = defaultdict(set)
+    members: dict[tuple[int, int], set[int]] = defaultdict(set)
+
+    def record(info, where):
+        for i in np.flatnonzero(info["_task_id"]):
+            key = (int(info["group_id"][i]), int(info["round"][i]))
+            seen[key].add(int(info["task_id"][i]))
+            members[key].add(where[i] if where is not None else i)
+
+    record(info, None)
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        _, _, term, trunc, info = envs.step(_actions(rng, 8))
+        record(info, None)
+        if "final_info" in info:
+            record(info["final_info"], None)
+    assert all(len(tasks) == 1 for tasks in seen.values()), seen
+    # members did finish in different orders: some (group, round) keys were reached at different steps
+    assert max(r for _, r in seen) >= 5
+    group_tasks = {g: [next(iter(seen[(g, r)])) for r in range(5)] for g in (0, 1)}
+    assert group_tasks[0] != group_tasks[1]
+    # group g's stream is the stream of a scalar env seeded with the group leader's seed
+    scalar = gym.make("LLMChat-v0", prompts=PROMPTS).unwrapped
+    expected = [scalar.reset(seed=3 + 4)[1]["task_id"]] + [scalar.reset()[1]["task_id"] for _ in range(4)]
+    assert group_tasks[1] == expected
+
+
+def test_same_step_keeps_terminal_reward_and_info(gsm8k_test_file):
+    envs = gym.make_vec("LLMGSM8K-v0", num_envs=4, group_size=2, data_files=gsm8k_test_file)
+    obs, info = envs.reset(seed=0)
+    answers = [envs.unwrapped.episodes[i].task.answer for i in range(4)]
+    first_tasks = info["task_id"].copy()
+    actions = tuple(f"The answer is {a}." if i % 2 == 0 else "#### -1" for i, a in enumerate(answers))
+    obs, rewards, term, trunc, info = envs.step(actions)
+    np.testing.assert_array_equal(rewards, [1.0, 0.0, 1.0, 0.0])
+    assert term.all() and not trunc.any()
+    assert info["_final_obs"].all() and info["_final_info"].all()
+    final = info["final_info"]
+    np.testing.assert_array_equal(final["correct"], [True, False, True, False])
+    np.testing.assert_array_equal(final["task_id"], first_tasks)
+    assert list(final["reference_answer"]) == answers
+    assert all(info["final_obs"][i].endswith(actions[i]) for i in range(4))
+    # the sub-envs already moved on to round 1 (same task within each group)
+    np.testing.assert_array_equal(info["round"], [1, 1, 1, 1])
+    assert info["task_id"][0] == info["task_id"][1] and info["task_id"][2] == info["task_id"][3]
+    assert all(isinstance(o, str) and o.endswith("<|im_start|>assistant\n") for o in obs)
+
+
+def test_rejected_action_changes_nothing():
+    envs = gym.make_vec("LLMChat-v0", num_envs=3, prompts=PROMPTS, max_turns=3)
+    obs, _ = envs.reset(seed=0)
+    before = [list(e.messages) for e in envs.unwrapped.episodes]
+    with pytest.raises(TypeError, match="sub-env 2: Expected the action as a str"):
+        envs.step(("fine", "also fine", 42))
+    with pytest.raises(ValueError, match="expects 3 actions"):
+        envs.step(("a", "b"))
+    assert [list(e.messages) for e in envs.unwrapped.episodes] == before
+    obs2, *_ = envs.step(("fine", "also fine", "ok"))  # and the env keeps working
+    assert len(obs2) == 3
+
+
+def test_step_before_reset_and_bad_reset_options():
+    envs = gym.make_vec("LLMChat-v0", num_envs=2)
+    with pytest.raises(gym.error.ResetNeeded, match="reset"):
+        envs.step(("a", "b"))
+    with pytest.raises(ValueError, match="Unknown reset option"):
+        envs.reset(options={"tsk": 1})
+    with pytest.raises(ValueError, match=r"task_id.*\[0, 24\)"):
+        envs.reset(options={"task_id": 99})
+    obs, info = envs.reset(seed=0, options={"task_id": 5})
+    assert (info["task_id"] == 5).all()
+
+
+def test_disabled_autoreset_and_partial_reset():
+    envs = gym.make_vec("LLMChat-v0", num_envs=2, autoreset_mode="Disabled", prompts=["a", "b"], max_turns=1)
+    envs.reset(seed=0)
+    _, _, term, _, info = envs.step(("x", "y"))
+    assert term.all() and "final_obs" not in info
+    with pytest.raises(gym.error.ResetNeeded, match="reset_mask"):
+        envs.step(("x", "y"))
+    obs, info = envs.reset(options={"reset_mask": np.array([True, False])})
+    assert info["_round"].tolist() == [True, False] and info["round"][0] == 1
+    with pytest.raises(ValueError, match="bool numpy array"):
+        envs.reset(options={"reset_mask": [True, False]})
+
+
+def test_tokens_mode_batches_arrays(tiny_tok):
+    envs = gym.make_vec("LLMChat-v0", num_envs=3, mode="tokens", tokenizer=tiny_tok, max_seq_len=128,
+                        max_action_tokens=16, max_turns=2, prompts=[{"prompt": "hi", "follow_ups": ["more"]}])
+    obs, info = envs.reset(seed=0)
+    assert obs["input_ids"].shape == (3, 128) and obs["attention_mask"].shape == (3, 128)
+    assert info["policy_mask"].shape == (3, 128)
+    actions = {"input_ids": np.full((3, 16), 7), "attention_mask": np.zeros((3, 16), dtype=np.int8)}
+    actions["attention_mask"][:, :3] = 1
+    obs2, *_ , info2 = envs.step(actions)
+    n_before = obs["attention_mask"].sum(1)
+    for i in range(3):
+        assert obs2["input_ids"][i, n_before[i]: n_before[i] + 3].tolist() == [7, 7, 7]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_gymnasium_vectorizers_work(mode, gsm8k_test_file):
+    envs = gym.make_vec("LLMGSM8K-v0", num_envs=2, vectorization_mode=mode, data_files=str(gsm8k_test_file))
+    obs, info = envs.reset(seed=1)
+    assert len(obs) == 2 and all(isinstance(o, str) for o in obs)
+    obs, rewards, term, trunc, info = envs.step(("#### 1", "#### 2"))
+    assert term.all() and rewards.shape == (2,)
+    envs.close()
+
+
+def test_group_size_must_divide_num_envs():
+    with pytest.raises(ValueError, match="divides num_envs=6"):
+        gym.make_vec("LLMChat-v0", num_envs=6, group_size=4)
+
+
+def test_render_ansi():
+    env = gym.make("LLMChat-v0", render_mode="ansi", prompts=["hello"])
+    env.reset(seed=0)
+    env.step("hi!")
+    text = env.render()
+    assert "hello" in text and "hi!" in text
+    envs = gym.make_vec("LLMChat-v0", num_envs=2, render_mode="ansi", prompts=["hello"])
+    envs.reset(seed=0)
+    assert all("hello" in t for t in envs.render())
+
+
+def test_messages_are_typed():
+    env = gym.make("LLMChat-v0", prompts=[{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}],
+                   system_prompt="ignored when the task has its own")
+    env.reset(seed=0)
+    assert env.unwrapped.episode.messages == [Message("system", "S"), Message("user", "U")]

@@ -1,0 +1,142 @@
+"""Every registered env id: check_env, spaces, vector parity, bad input, and random-action properties."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import gym_llm
+from tests.envs.cases import CASES, env_cases, make_kwargs
+
+CASE_IDS = [f"{i}-{n}" for i, n in env_cases()]
+
+
+def test_every_id_has_a_case():
+    registered = {info.id for info in gym_llm.ENVS}
+    assert registered == set(CASES), "add a case to tests/envs/cases.py for every registered env id"
+    assert all(env_id in gym.registry for env_id in registered)
+
+
+def test_import_is_light():
+    code = ("import sys, gym_llm; heavy = [m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers', 'vllm', 'datasets', 'math_verify', 'sympy')]; print(heavy)")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
+def test_check_env_passes_with_warnings_as_errors(env_id, case):
+    env = gym.make(env_id, **make_kwargs(env_id, case))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+    env.close()
+
+
+@pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
+def test_vector_entry_point_matches_sync(env_id, case):
+    kwargs = make_kwargs(env_id, case)
+    native = gym.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point", **kwargs)
+    sync = gym.make_vec(env_id, num_envs=3, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+    native.action_space.seed(0)
+    obs_n, _ = native.reset(seed=11)
+    obs_s, _ = sync.reset(seed=11)
+    _assert_obs_equal(obs_n, obs_s)
+    for _ in range(6):
+        actions = native.action_space.sample()
+        out_n, out_s = native.step(actions), sync.step(actions)
+        _assert_obs_equal(out_n[0], out_s[0])
+        for a, b in zip(out_n[1:4], out_s[1:4]):
+            np.testing.assert_array_equal(a, b)
+        assert set(out_n[4]) - {"group_id", "_group_id"} == set(out_s[4])
+    native.close(), sync.close()
+
+
+def _assert_obs_equal(a, b):
+    if isinstance(a, dict):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    else:
+        assert a == b
+
+
+def _state(env):
+    episode = env.unwrapped.episode
+    return episode.render(), getattr(episode, "turn", None), getattr(episode, "steps", None)
+
+
+BAD_ACTIONS = st.one_of(
+    st.none(), st.integers(), st.floats(allow_nan=True), st.binary(max_size=8),
+    st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=3),
+    st.lists(st.integers(min_value=-(2**40), max_value=-1), min_size=1, max_size=3),
+    st.lists(st.integers(min_value=10**7, max_value=2**40), min_size=1, max_size=3),
+    st.dictionaries(st.sampled_from(["input_ids", "mask", "x"]), st.integers(), max_size=2),
+)
+
+
+@pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
+def test_random_actions_property(env_id, case):
+    env = gym.make(env_id, **make_kwargs(env_id, case))
+    text_mode = isinstance(env.action_space, gym_llm.UnicodeText)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(seed=st.integers(0, 2**31 - 1), text=st.text(max_size=200), bad=BAD_ACTIONS, use_text=st.booleans())
+    def run(seed, text, bad, use_text):
+        obs, info = env.reset(seed=seed)
+        assert env.observation_space.contains(obs)
+        before = _state(env)
+        if not (text_mode and isinstance(bad, str)):
+            with pytest.raises((TypeError, ValueError)):
+                env.step(bad)
+            assert _state(env) == before  # a rejected action changes nothing
+        env.action_space.seed(seed)
+        action = text if (text_mode and use_text) else env.action_space.sample()
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert env.observation_space.contains(obs)
+        assert isinstance(reward, float) and np.isfinite(reward)
+        assert isinstance(terminated, bool) and isinstance(truncated, bool)
+        assert info["task_id"] >= 0 and info["round"] == 0
+
+    run()
+    env.close()
+
+
+@pytest.mark.parametrize("env_id,case", [c for c in env_cases() if c[1] == "text"], ids=lambda c: str(c))
+def test_text_mode_rejects_over_long_action(env_id, case):
+    env = gym.make(env_id, **make_kwargs(env_id, case))
+    env.reset(seed=0)
+    limit = env.action_space.max_length
+    with pytest.raises(ValueError, match=f"at most {limit}"):
+        env.step("x" * (limit + 1))
+
+
+@pytest.mark.parametrize("env_id,case", [c for c in env_cases() if c[1] != "text"], ids=lambda c: str(c))
+def test_tokens_mode_rejects_bad_ids(env_id, case):
+    env = gym.make(env_id, **make_kwargs(env_id, case))
+    env.reset(seed=0)
+    vocab = int(env.action_space["input_ids"].nvec[0])
+    limit = env.action_space["input_ids"].shape[0]
+    with pytest.raises(ValueError, match=f"Token id {vocab} is outside the vocabulary"):
+        env.step([1, vocab])
+    with pytest.raises(ValueError, match=f"at most {limit}"):
+        env.step([1] * (limit + 1))
+    with pytest.raises(TypeError, match="not text"):
+        env.step("text")
+    with pytest.raises(TypeError, match="integers"):
+        env.step(np.array([1.5, 2.0]))
+
+
+@pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
+def test_step_before_reset_raises(env_id, case):
+    env = gym.make(env_id, **make_kwargs(env_id, case)).unwrapped
+    with pytest.raises(gym.error.ResetNeeded, match="reset"):
+        env.step(env.action_space.sample())

@@ -1,0 +1,92 @@
+"""LLMGSM8K-v0: data sources, prompt formatting, rewards, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import gym_llm  # noqa: F401
+
+
+def test_quickstart_from_local_file(gsm8k_test_file):
+    env = gym.make("LLMGSM8K-v0", data_files=str(gsm8k_test_file))
+    obs, info = env.reset(seed=0)
+    task = env.unwrapped.episode.task
+    assert task.data["question"] in obs and "#### <number>" in obs
+    obs, reward, terminated, truncated, info = env.step(f"Reasoning... so the total is {task.answer}.\n#### {task.answer}")
+    assert reward == 1.0 and terminated and not truncated
+    assert info["correct"] and info["formatted"] and info["extracted_answer"] == task.answer
+    assert info["reference_answer"] == task.answer
+
+
+def test_format_reward_and_wrong_answers(gsm8k_test_file):
+    env = gym.make("LLMGSM8K-v0", data_files=gsm8k_test_file, format_reward=0.1)
+    env.reset(seed=0, options={"task_id": 0})
+    assert env.unwrapped.episode.task.answer == "18"
+    assert env.step("#### 18")[1] == pytest.approx(1.1)
+    env.reset(options={"task_id": 0})
+    assert env.step("The answer is 18.")[1] == pytest.approx(1.0)
+    env.reset(options={"task_id": 0})
+    assert env.step("#### 17")[1] == pytest.approx(0.1)
+    env.reset(options={"task_id": 0})
+    _, reward, _, _, info = env.step("I am not sure.")
+    assert reward == 0.0 and info["extracted_answer"] == ""
+
+
+def test_records_prompt_template_and_system_prompt():
+    env = gym.make("LLMGSM8K-v0", tasks=[{"question": "What is 2+3?", "answer": "#### 5"}],
+                   prompt_template="Q: {question}\nA:", system_prompt="You are a calculator.")
+    obs, _ = env.reset(seed=0)
+    assert "Q: What is 2+3?\nA:" in obs and "You are a calculator." in obs
+    assert env.step("5")[1] == 1.0
+
+
+def test_gsm_symbolic_source_generates_offline():
+    env = gym.make("LLMGSM8K-v0", source="gsm_symbolic", num_generated=20, generator_seed=3)
+    obs, _ = env.reset(seed=0)
+    task = env.unwrapped.episode.task
+    assert len(env.unwrapped.core.tasks) == 20 and task.answer
+    assert env.step(f"#### {task.answer}")[1] == 1.0
+
+
+def test_unreachable_hub_error_lists_the_three_options():
+    code = "import gymnasium as gym, gym_llm\ngym.make('LLMGSM8K-v0')"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode != 0
+    for option in ("data_files=", "huggingface.co", "source='gsm_symbolic'"):
+        assert option in out.stderr
+
+
+def test_bad_files_and_records(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Task file not found"):
+        gym.make("LLMGSM8K-v0", data_files=tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):
+        gym.make("LLMGSM8K-v0", data_files=bad)
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps({"problem": "q", "solution": "1"}) + "\n")
+    with pytest.raises(ValueError, match="needs 'question' and 'answer'"):
+        gym.make("LLMGSM8K-v0", data_files=wrong)
+    with pytest.raises(ValueError, match="must contain '\\{question\\}'"):
+        gym.make("LLMGSM8K-v0", data_files=wrong, prompt_template="no placeholder")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="holds no records"):
+        gym.make("LLMGSM8K-v0", data_files=empty)
+
+
+def test_datasets_dataset_source(gsm8k_test_file):
+    import datasets
+
+    ds = datasets.load_dataset("json", data_files=str(gsm8k_test_file), split="train")
+    env = gym.make("LLMGSM8K-v0", tasks=ds)
+    assert len(env.unwrapped.core.tasks) == 1319
+    env.reset(seed=0)
+    assert env.step(f"#### {env.unwrapped.episode.task.answer}")[1] == 1.0
