@@ -154,10 +154,14 @@ class ChatCore:
 
 @dataclass(slots=True)
 class _Reply:
-    """A checked action: the reply text and, in tokens mode, its token ids."""
+    """A checked action: the reply as a message and, in tokens mode, its token ids."""
 
-    text: str
+    message: Message
     token_ids: np.ndarray | None = None
+
+    @property
+    def text(self) -> str:
+        return self.message.content
 
 
 class ChatEpisode(Episode):
@@ -242,20 +246,18 @@ class ChatEpisode(Episode):
 
     def check_action(self, action: Any) -> _Reply:
         if self.config.mode == "text":
-            return _Reply(check_text_action(action, self.config.max_action_chars))
+            return _Reply(Message("assistant", check_text_action(action, self.config.max_action_chars)))
         ids = check_token_action(action, self.core.tokenizer.vocab_size, self.config.max_action_tokens)
-        return _Reply(self.core.tokenizer.decode(ids), ids)
+        return _Reply(Message("assistant", self.core.tokenizer.decode(ids)), ids)
 
     def respond(self, action: _Reply) -> Response:
-        reply = Message("assistant", action.text)
-        response = self.core.handler.respond(self, reply)
+        response = self.core.handler.respond(self, action.message)
         if not isinstance(response, Response):
             raise TypeError(f"A TurnHandler must return a gym_llm Response, got {type(response).__name__}.")
         return response
 
     def advance(self, action: _Reply, response: Response) -> Transition:
-        reply = Message("assistant", action.text)
-        self.messages.append(reply)
+        self.messages.append(action.message)
         self.turn += 1
         if self.config.mode == "text":
             return self._advance_text(action.text, response)

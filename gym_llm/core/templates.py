@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from gym_llm.core.messages import Message
 
-__all__ = ["CHATML_TEMPLATE", "ChatRenderer", "TemplateError"]
+__all__ = ["CHATML_TEMPLATE", "ChatRenderer", "TemplateError", "render_chatml"]
 
 CHATML_TEMPLATE = """\
 {%- if tools %}
@@ -48,6 +48,48 @@ CHATML_TEMPLATE = """\
 """
 """The built-in ChatML template (``<|im_start|>role\\ncontent<|im_end|>\\n``), with a Hermes-style
 ``<tools>`` system section when tools are given. Used when no tokenizer template is available."""
+
+
+_TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions. Their signatures are within <tools></tools> XML tags:\n<tools>"
+)
+_TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each call, return a JSON object with the function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n"
+)
+
+
+def render_chatml(
+    messages: Sequence[Message], *, add_generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None = None
+) -> str:
+    """:data:`CHATML_TEMPLATE` rendered in plain Python — the same text, ~50x faster than jinja's
+    sandbox (the env renders on every text-mode turn; ``tests/core/test_templates.py`` checks the two
+    agree on random conversations)."""
+    parts: list[str] = []
+    start = 0
+    if tools:
+        parts.append("<|im_start|>system\n")
+        if messages and messages[0].role == "system":
+            parts.append(messages[0].content + "\n\n")
+        parts.append(_TOOLS_HEADER)
+        parts.extend("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
+        parts.append(_TOOLS_FOOTER)
+    elif messages and messages[0].role == "system":
+        parts.append("<|im_start|>system\n" + messages[0].content + "<|im_end|>\n")
+    if messages and messages[0].role == "system":
+        start = 1
+    for message in messages[start:]:
+        parts.append("<|im_start|>" + message.role + "\n" + message.content)
+        if message.role == "assistant" and message.tool_calls and "<tool_call>" not in message.content:
+            for call in message.tool_calls:
+                function = call["function"]
+                payload = {"name": function["name"], "arguments": function["arguments"]}
+                parts.append("\n<tool_call>\n" + json.dumps(payload, ensure_ascii=False) + "\n</tool_call>")
+        parts.append("<|im_end|>\n")
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
 
 
 class TemplateError(ValueError):
@@ -102,8 +144,11 @@ class ChatRenderer:
             and hasattr(tokenizer, "apply_chat_template")
             and bool(getattr(tokenizer, "chat_template", True))
         )
-        self._tokenizer_template = use_tokenizer
-        self._template = None if use_tokenizer else _compile(chat_template or CHATML_TEMPLATE)
+        source = chat_template or (getattr(tokenizer, "chat_template", None) if use_tokenizer else None) or CHATML_TEMPLATE
+        # The built-in ChatML template (ours, or a tokenizer that carries it) renders in plain Python.
+        self._fast_chatml = source == CHATML_TEMPLATE
+        self._tokenizer_template = use_tokenizer and not self._fast_chatml
+        self._template = None if (self._tokenizer_template or self._fast_chatml) else _compile(source)
         self._specials = {
             "bos_token": getattr(tokenizer, "bos_token", None) or "",
             "eos_token": getattr(tokenizer, "eos_token", None) or "",
@@ -114,6 +159,8 @@ class ChatRenderer:
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
         """The conversation as the model sees it; with ``add_generation_prompt`` it ends where the
         assistant's reply starts."""
+        if self._fast_chatml:
+            return render_chatml(messages, add_generation_prompt=add_generation_prompt, tools=self.tools)
         dicts = [m.to_dict() for m in messages]
         if self._tokenizer_template:
             kwargs = dict(self.template_kwargs)

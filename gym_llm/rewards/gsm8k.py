@@ -26,6 +26,7 @@ import re
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 __all__ = ["GSM8KGrade", "extract_answer", "grade", "is_equivalent", "parse_number", "reference_answer", "score"]
 
@@ -34,7 +35,6 @@ _NUMBER_RE = re.compile(
     r"|[-−]?(?:\d{1,3}(?:,\d{3})+(?![\d])|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"  # 1,234.5  3/4
     r"|[-−]?\.\d+)"  # .5
 )
-_MIXED_RE = re.compile(r"^([-−]?\d+)\s+(\d+)\s*/\s*(\d+)$")
 _HASHES_RE = re.compile(r"####\s*([^\n]*)")
 _ANSWER_IS_RE = re.compile(
     r"(?:the\s+)?(?:final\s+)?answer\s*(?:is|=|:)\s*[:=]?\s*([^\n]*)", re.IGNORECASE
@@ -113,12 +113,42 @@ def extract_answer(text: str) -> tuple[str | None, str]:
     return None, "none"
 
 
+_LATEX_OR_DASH = ("\\", "−", "–")
+
+
 def _clean(text: str) -> str:
+    """LaTeX wrappers and Unicode minus signs rewritten to plain text (cheap when there are none)."""
+    if not any(marker in text for marker in _LATEX_OR_DASH):
+        return text
     text = _FRAC_RE.sub(r"\1/\2", text)
     text = _TEXT_RE.sub(r" \1", text)
     for old, new in (("\\$", "$"), ("\\%", "%"), ("\\,", ""), ("\\!", ""), ("\\ ", " "), ("−", "-"), ("–", "-")):
         text = text.replace(old, new)
     return text
+
+
+def _to_fraction(token: str) -> Fraction | None:
+    """A matched number token ("1,234.5", "-3/4", "2 1/2") as an exact rational."""
+    token = token.replace(",", "")
+    try:
+        if "/" in token:
+            head, den = token.rsplit("/", 1)
+            parts = head.split()
+            if len(parts) == 2:  # mixed number
+                whole, num = parts
+                value = abs(int(whole)) + Fraction(int(num), int(den))
+                return -value if whole.startswith("-") else value
+            return Fraction(head.strip()) / Fraction(den.strip())
+        if "." in token:
+            return Fraction(token)
+        return Fraction(int(token))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _first_number(cleaned: str) -> Fraction | None:
+    match = _NUMBER_RE.search(cleaned)
+    return None if match is None else _to_fraction(match.group(1))
 
 
 def parse_number(text: str | None) -> Fraction | None:
@@ -127,28 +157,21 @@ def parse_number(text: str | None) -> Fraction | None:
     >>> parse_number("$1,234.50 per month"), parse_number(r"\\frac{3}{4}"), parse_number("2 1/2 cups")
     (Fraction(2469, 2), Fraction(3, 4), Fraction(5, 2))
     """
-    if text is None:
+    return None if text is None else _first_number(_clean(text))
+
+
+def _plain_value(text: str) -> Fraction | None:
+    """The number in ``text`` if it is a number with words or units around it; ``None`` for an
+    expression that needs a CAS (powers, roots, leftover LaTeX) or no number at all."""
+    cleaned = _clean(text)
+    if any(c in cleaned for c in "\\^{}") or "sqrt" in cleaned:
         return None
-    cleaned = _clean(text).replace("$", " ").replace("€", " ").replace("£", " ")
-    mixed = re.search(r"(?<![\w.])[-]?\d+\s+\d+\s*/\s*\d+", cleaned)
-    match = _NUMBER_RE.search(cleaned)
-    if match is None:
-        return None
-    if mixed is not None and mixed.start() == match.start():
-        m = _MIXED_RE.match(mixed.group(0))
-        if m:
-            whole, num, den = int(m.group(1)), int(m.group(2)), int(m.group(3))
-            if den:
-                sign = -1 if whole < 0 or m.group(1).startswith("-") else 1
-                return sign * (abs(whole) + Fraction(num, den))
-    token = match.group(1).replace(",", "").replace("−", "-").replace(" ", "")
-    try:
-        if "/" in token:
-            num, den = token.split("/")
-            return Fraction(num) / Fraction(den) if Fraction(den) else None
-        return Fraction(token)
-    except (ValueError, ZeroDivisionError):
-        return None
+    return _first_number(cleaned)
+
+
+@lru_cache(maxsize=65_536)
+def _reference_value(reference: str) -> Fraction | None:
+    return _plain_value(reference)
 
 
 _MV_LOCK = threading.Lock()
@@ -178,19 +201,13 @@ def _final_segment(text: str) -> str:
     return text.rsplit("=", 1)[-1] if "=" in text else text
 
 
-def _is_plain(text: str) -> bool:
-    """True when ``text`` is a number with words or units around it, not an expression that needs a CAS."""
-    cleaned = _clean(text)
-    return not any(c in cleaned for c in "\\^{}") and "sqrt" not in cleaned
-
-
 def is_equivalent(predicted: str | None, reference: str) -> bool:
     """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
     if predicted is None:
         return False
     predicted = _final_segment(predicted)
-    ref_value = parse_number(reference) if _is_plain(reference) else None
-    pred_value = parse_number(predicted) if _is_plain(predicted) else None
+    ref_value = _reference_value(reference)
+    pred_value = _plain_value(predicted) if ref_value is not None else None
     if ref_value is not None and pred_value is not None:
         return pred_value == ref_value
     try:

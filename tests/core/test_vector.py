@@ -205,3 +205,51 @@ def test_messages_are_typed():
                    system_prompt="ignored when the task has its own")
     env.reset(seed=0)
     assert env.unwrapped.episode.messages == [Message("system", "S"), Message("user", "U")]
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from gym_llm.core.vector import batch_infos  # noqa: E402
+
+_leaf = st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), st.booleans(), st.text(max_size=3),
+                  st.just(np.arange(3, dtype=np.int8)), st.just(np.float32(1.5)), st.lists(st.integers(), max_size=2))
+_info = st.dictionaries(st.sampled_from(["a", "b", "c", "final_obs"]), _leaf, max_size=3)
+_nested = st.dictionaries(st.sampled_from(["a", "d", "final_info"]), st.one_of(_leaf, _info), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(infos=st.lists(st.one_of(st.none(), _nested), min_size=1, max_size=5))
+def test_batch_infos_equals_gymnasium_add_info(infos):
+    """Same keys, masks, dtypes and values as VectorEnv._add_info called sub-env by sub-env."""
+    # a key keeps one kind of value across sub-envs, as in real envs
+    kinds: dict[str, type] = {}
+    clean = []
+    for info in infos:
+        if info is None:
+            clean.append(None)
+            continue
+        kept = {}
+        for k, v in info.items():
+            kind = dict if isinstance(v, dict) else type(v)
+            if kinds.setdefault(k, kind) is kind:
+                kept[k] = v
+        clean.append(kept)
+    n = len(clean)
+    ref_env = gym.vector.VectorEnv()
+    ref_env.num_envs = n
+    expected: dict = {}
+    for i, info in enumerate(clean):
+        if info is not None:
+            expected = ref_env._add_info(expected, info, i)
+    _assert_deep_equal(batch_infos(clean, n), expected)
+
+
+def _assert_deep_equal(a, b):
+    assert set(a) == set(b)
+    for key in a:
+        if isinstance(b[key], dict):
+            _assert_deep_equal(a[key], b[key])
+        else:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+            for x, y in zip(a[key], b[key]):
+                assert np.array_equal(x, y) if isinstance(x, np.ndarray) else (x == y or (x != x and y != y))
