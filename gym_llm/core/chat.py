@@ -123,7 +123,9 @@ class ChatCore:
         self.renderer = ChatRenderer(config.tokenizer, config.chat_template, config.template_kwargs, tools)
         self.tokenizer = TokenizerView(config.tokenizer, config.vocab_size) if config.tokenizer is not None else None
         self.system = Message("system", config.system_prompt) if config.system_prompt else None
-        self._prompt_cache: dict[tuple[Message, ...], Any] = {}
+        self._prompt_cache: dict[int, tuple[Task, tuple[Message, ...], Any]] = {}
+        self.start_hook = getattr(handler, "start", None)
+        self.close_hook = getattr(handler, "close", None)
         if config.mode == "text":
             self.observation_space: spaces.Space = UnicodeText(config.max_observation_chars)
             self.action_space: spaces.Space = UnicodeText(config.max_action_chars)
@@ -137,16 +139,21 @@ class ChatCore:
             return (self.system, *task.messages)
         return task.messages
 
-    def prompt(self, messages: tuple[Message, ...]) -> Any:
-        """The rendered (text mode) or tokenised (tokens mode) opening prompt; cached."""
-        cached = self._prompt_cache.get(messages)
-        if cached is None:
-            text = self.renderer.render(messages, add_generation_prompt=True)
-            cached = text if self.config.mode == "text" else np.asarray(self.tokenizer.encode(text), dtype=np.int64)
-            if len(self._prompt_cache) >= 65_536:
-                self._prompt_cache.clear()
-            self._prompt_cache[messages] = cached
-        return cached
+    def opening_prompt(self, task: Task) -> tuple[tuple[Message, ...], Any]:
+        """The task's opening messages and their rendered (text mode) or tokenised (tokens mode) prompt.
+
+        Cached per task object (sub-envs share the cache), so a task's prompt is rendered once.
+        """
+        cached = self._prompt_cache.get(id(task))
+        if cached is not None and cached[0] is task:
+            return cached[1], cached[2]
+        messages = self.opening(task)
+        text = self.renderer.render(messages, add_generation_prompt=True)
+        prompt = text if self.config.mode == "text" else np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        if len(self._prompt_cache) >= 65_536:
+            self._prompt_cache.clear()
+        self._prompt_cache[id(task)] = (task, messages, prompt)
+        return messages, prompt
 
     def new_episode(self) -> "ChatEpisode":
         return ChatEpisode(self)
@@ -216,9 +223,9 @@ class ChatEpisode(Episode):
 
     # ------------------------------------------------------------------------------ episode
     def start(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        self.close()
-        opening = self.core.opening(task)
-        prompt = self.core.prompt(opening)
+        if self.task is not None and self.core.close_hook is not None:
+            self.core.close_hook(self)
+        opening, prompt = self.core.opening_prompt(task)
         if self.config.mode == "text":
             if len(prompt) > self.config.max_observation_chars:
                 raise ValueError(
@@ -239,9 +246,10 @@ class ChatEpisode(Episode):
         self.task = task
         self.messages = list(opening)
         self.turn = 0
-        start = getattr(self.core.handler, "start", None)
-        if start is not None:
-            start(self)
+        if self.core.start_hook is not None:
+            self.core.start_hook(self)
+        if self.config.mode == "text":
+            return prompt, {"turn": 0}
         return self._observation(), self._info()
 
     def check_action(self, action: Any) -> _Reply:
@@ -315,6 +323,5 @@ class ChatEpisode(Episode):
         return self.core.renderer.render(self.messages, add_generation_prompt=False)
 
     def close(self) -> None:
-        close = getattr(self.core.handler, "close", None)
-        if close is not None and self.task is not None:
-            close(self)
+        if self.core.close_hook is not None and self.task is not None:
+            self.core.close_hook(self)

@@ -66,8 +66,11 @@ class GSM8KGrade:
 
 def reference_answer(answer: str) -> str:
     """The reference from a raw GSM8K ``answer`` field (text ending in ``#### N``) or a bare number."""
-    if not isinstance(answer, str):
-        answer = str(answer)
+    return _reference_answer(answer if isinstance(answer, str) else str(answer))
+
+
+@lru_cache(maxsize=65_536)
+def _reference_answer(answer: str) -> str:
     found = _HASHES_RE.findall(answer)
     text = found[-1] if found else answer
     return text.strip().replace(",", "")
@@ -201,13 +204,8 @@ def _final_segment(text: str) -> str:
     return text.rsplit("=", 1)[-1] if "=" in text else text
 
 
-def is_equivalent(predicted: str | None, reference: str) -> bool:
-    """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
-    if predicted is None:
-        return False
-    predicted = _final_segment(predicted)
+def _equivalent(predicted: str, pred_value: Fraction | None, reference: str) -> bool:
     ref_value = _reference_value(reference)
-    pred_value = _plain_value(predicted) if ref_value is not None else None
     if ref_value is not None and pred_value is not None:
         return pred_value == ref_value
     try:
@@ -216,17 +214,29 @@ def is_equivalent(predicted: str | None, reference: str) -> bool:
         return False
 
 
+def is_equivalent(predicted: str | None, reference: str) -> bool:
+    """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
+    if predicted is None:
+        return False
+    predicted = _final_segment(predicted)
+    return _equivalent(predicted, _plain_value(predicted), reference)
+
+
 def grade(completion: str, answer: str) -> GSM8KGrade:
     """Check ``completion`` against ``answer`` (a raw GSM8K answer field or a bare number)."""
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}.")
     reference = reference_answer(answer)
     extracted, method = extract_answer(completion)
+    if extracted is None:
+        return GSM8KGrade(False, None, reference, False, method)
+    segment = _final_segment(extracted)
+    value = _plain_value(segment)
     return GSM8KGrade(
-        correct=is_equivalent(extracted, reference),
+        correct=_equivalent(segment, value, reference),
         extracted=extracted,
         reference=reference,
-        formatted=method == "####" and parse_number(_final_segment(extracted)) is not None,
+        formatted=method == "####" and value is not None,
         method=method,
     )
 
