@@ -254,9 +254,12 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         all_live = bool(live.all())
         rows = slice(None) if all_live else np.flatnonzero(live)
         N = self.num_envs
-        terminated, truncated = np.zeros(N, dtype=bool), np.zeros(N, dtype=bool)
         rewards = np.zeros(N, dtype=np.float64)
-        terminated[rows], truncated[rows] = self.chains.append(rows, tokens[rows])
+        if all_live:
+            terminated, truncated = self.chains.append(rows, tokens)
+        else:
+            terminated, truncated = np.zeros(N, dtype=bool), np.zeros(N, dtype=bool)
+            terminated[rows], truncated[rows] = self.chains.append(rows, tokens[rows])
         infos = self._infos()
         ended = np.flatnonzero(terminated | truncated).tolist() if terminated.any() or truncated.any() else []
         if ended or not all_live:

@@ -118,6 +118,7 @@ class HashingCore:
             if not 0 <= int(token) < self.vocab_size:
                 raise ValueError(f"eos token id {token} is outside the vocabulary [0, {self.vocab_size}).")
             self.is_eos[int(token)] = True
+        self.has_eos = bool(self.is_eos.any())
         self.max_new_tokens = config.max_new_tokens if config.max_new_tokens is not None else self.max_seq_len
         self.max_text_chars = config.max_text_chars if config.max_text_chars is not None else 64 * self.max_seq_len
         obs = dict(token_space(self.vocab_size, self.max_seq_len).spaces)
@@ -179,6 +180,8 @@ class TokenChains:
         self.remaining = np.zeros(N, dtype=np.int64)  # min(L - length, max_new_tokens - steps)
         self.decoder = IncrementalDetokenizer(core.config.tokenizer, N) if core.config.text_output else None
         self._all_rows = np.arange(N)
+        self._row_offsets = self._all_rows * L
+        self._ids_flat, self._mask_flat = self.ids.reshape(-1), self.mask.reshape(-1)  # views
 
     # ---------------------------------------------------------------------------- one row
     def start(self, row: int, task: Task) -> None:
@@ -249,18 +252,18 @@ class TokenChains:
         """Append one token to each of ``rows`` (an index array, or ``slice(None)`` for all rows) and
         return their ``(terminated, truncated)``. ``tokens`` are validated ids, ``(len(rows),)``."""
         terminated = self.core.is_eos[tokens]
-        remaining = self.remaining[rows] - 1  # tokens each row may still take
-        truncated = remaining <= 0
-        truncated &= ~terminated
-        row_ids = self._all_rows[rows]
-        positions = self.lengths[rows]
-        self.ids[row_ids, positions] = tokens
-        self.mask[row_ids, positions] = 1
-        self.lengths[rows] = positions + 1
+        flat_index = self._row_offsets[rows] + self.lengths[rows]  # position (row, length) in the flat buffers
+        self._ids_flat[flat_index] = tokens
+        self._mask_flat[flat_index] = 1
+        self.lengths[rows] += 1
         self.steps[rows] += 1
-        self.remaining[rows] = remaining
+        self.remaining[rows] -= 1  # tokens each row may still take
+        truncated = self.remaining[rows] <= 0
+        if self.core.has_eos:
+            truncated &= ~terminated
         self._hash_into(rows, tokens)
         if self.decoder is not None:
+            row_ids = self._all_rows[rows]
             self.decoder.advance(self.ids, self.lengths, row_ids)
             texts, limit = self.decoder.texts, self.core.max_text_chars
             over = np.fromiter((len(texts[i]) > limit for i in row_ids.tolist()), dtype=bool, count=len(row_ids))
