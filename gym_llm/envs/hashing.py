@@ -53,7 +53,8 @@ class HashingEpisode(Episode):
         if self.core.config.reward_fn is None:
             return 0.0
         n = int(self.chains.lengths[self.row])
-        return float(self.core.config.reward_fn(self.task, self.chains.ids[self.row, :n].copy()))
+        ids = self.chains.ids[self.row, :n].copy()
+        return float(self.core.config.reward_fn(self.task, ids, int(self.chains.prompt_lengths[self.row])))
 
     def advance(self, action: int, response: Any) -> Transition:
         terminated, truncated = self.chains.append(self._row_index, np.array([action], dtype=np.int64))
@@ -118,7 +119,7 @@ class LLMHashingEnv(LLMEnv):
     ## Rewards
     | event | reward |
     |---|---|
-    | a step that ends the episode | ``reward_fn(task, token_ids)`` (default 0.0) |
+    | a step that ends the episode | ``reward_fn(task, token_ids, prompt_length)`` (default 0.0) |
     | any other step | 0.0 |
 
     ## Starting State

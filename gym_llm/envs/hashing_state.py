@@ -26,8 +26,9 @@ from gym_llm.envs.detok import IncrementalDetokenizer
 
 __all__ = ["HashingConfig", "HashingCore", "HashingState", "TokenChains"]
 
-TerminalRewardFn = Callable[[Task, np.ndarray], float]
-"""``reward_fn(task, token_ids) -> float``, called once when an episode ends with its full ``(n,)`` ids."""
+TerminalRewardFn = Callable[[Task, np.ndarray, int], float]
+"""``reward_fn(task, token_ids, prompt_length) -> float``, called once when an episode ends, with the
+chain's full ``(n,)`` ids (the generated tokens are ``token_ids[prompt_length:]``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +47,7 @@ class HashingConfig:
         max_text_chars: the text space's length; a longer text truncates the episode (default 64 L).
         apply_chat_template: render text prompts as a user turn with the chat template.
         hash_seed: the hash of the empty sequence (see :mod:`gym_llm.envs.chain_hash`).
-        reward_fn: ``reward_fn(task, token_ids) -> float`` at episode end (default: reward 0).
+        reward_fn: ``reward_fn(task, token_ids, prompt_length) -> float`` at episode end (default: 0).
     """
 
     tokenizer: Any = None
@@ -68,7 +69,7 @@ class HashingConfig:
         if self.text_output and self.tokenizer is None:
             raise ValueError("text_output=True needs tokenizer= to decode tokens; pass one or set text_output=False.")
         if self.reward_fn is not None and not callable(self.reward_fn):
-            raise TypeError(f"reward_fn must be callable(task, token_ids) -> float, got {type(self.reward_fn).__name__}.")
+            raise TypeError(f"reward_fn must be callable(task, token_ids, prompt_length) -> float, got {type(self.reward_fn).__name__}.")
         if not isinstance(self.hash_seed, (int, np.integer)) or not 0 <= self.hash_seed < 2**64:
             raise ValueError(f"hash_seed must be an int in [0, 2**64), got {self.hash_seed!r}.")
 

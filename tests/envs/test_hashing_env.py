@@ -23,7 +23,8 @@ V = 50
 PROMPTS = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]]
 
 
-def _ends_reward(task, token_ids):
+def _ends_reward(task, token_ids, prompt_length):
+    assert token_ids[:prompt_length].tolist() == PROMPTS[task.task_id]
     return float(len(token_ids)) + 0.5 * task.task_id
 
 
@@ -278,4 +279,5 @@ def test_random_actions_property(actions, seed):
         assert (terminated == (np.array(step) == 0)).all()
         for i in np.flatnonzero(ended):
             final = info["final_obs"][i]
-            assert reward[i] == _ends_reward(envs.core.tasks[info["final_info"]["task_id"][i]], _chain(final))
+            task = envs.core.tasks[info["final_info"]["task_id"][i]]
+            assert reward[i] == _ends_reward(task, _chain(final), len(PROMPTS[task.task_id]))
