@@ -12,8 +12,9 @@ already emitted) and ``read_offset`` (where unemitted tokens start). After each 
 
 so each step decodes a window of a few tokens, whatever the sequence length, and a token that ends
 in the middle of a character waits until the character is complete. The accumulated text equals
-``decode(ids)`` of the whole sequence (``skip_special_tokens=False``) except for such a pending
-incomplete character at the end. All rows of a batch are decoded in one call to the Rust
+``decode(ids)`` of the whole sequence (``skip_special_tokens=False``) except while the newest tokens
+decode to a trailing run of U+FFFD (an incomplete character, or bytes that are not UTF-8 at all): that
+tail is held back until a token ends on a character boundary (at most 64 tokens, then it is emitted). All rows of a batch are decoded in one call to the Rust
 ``tokenizers`` backend when the tokenizer has one (Hugging Face fast tokenizers).
 """
 

@@ -174,6 +174,7 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         copy: return copies of the state arrays (default, like Gymnasium's vector envs). ``False``
             returns views that the next step overwrites — faster, for callers that consume each
             observation before stepping again.
+        num_workers: accepted for symmetry with the other vector envs and ignored (a step is numpy work).
         **kwargs: as :class:`LLMHashingEnv`.
     """
 
