@@ -85,7 +85,7 @@ class HashingState:
         steps: tokens generated since the prompt.
         done: the episode had ended (a restored env then needs ``reset``).
         task: the episode's task.
-        text: ``(text, prefix_offset, read_offset)`` of the incremental decoder, or None.
+        text: ``(text, prefix_offset, read_offset, emitted_chars)`` of the incremental decoder, or None.
         signature: the env settings the state fits (vocab size, length, text, hash seed).
     """
 
@@ -95,7 +95,7 @@ class HashingState:
     steps: int
     done: bool
     task: Task
-    text: tuple[str, int, int] | None
+    text: tuple[str, int, int, int] | None
     signature: tuple = field(repr=False)
 
 
@@ -130,11 +130,12 @@ class HashingCore:
         self.action_space = spaces.Discrete(self.vocab_size)
         self.signature = (self.vocab_size, self.max_seq_len, bool(config.text_output), int(config.hash_seed))
         self.renderer = ChatRenderer(config.tokenizer) if config.apply_chat_template else None
-        self._prompts: dict[int, tuple[Task, np.ndarray, np.uint64, str | None]] = {}
+        self._prompts: dict[int, tuple[Task, np.ndarray, np.uint64, Any]] = {}
         self._decoder = IncrementalDetokenizer(config.tokenizer, 1) if config.text_output else None
 
-    def prompt(self, task: Task) -> tuple[np.ndarray, np.uint64, str | None]:
-        """The task's prompt ids ``(n,)``, their chain hash and (text mode) text; cached per task."""
+    def prompt(self, task: Task) -> tuple[np.ndarray, np.uint64, Any]:
+        """The task's prompt ids ``(n,)``, their chain hash and (text mode) ``(text, decoder context)``;
+        cached per task."""
         cached = self._prompts.get(id(task))
         if cached is not None and cached[0] is task:
             return cached[1], cached[2], cached[3]
@@ -147,7 +148,9 @@ class HashingCore:
         if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise ValueError(f"Task {task.task_id}'s prompt has token ids outside [0, {self.vocab_size}).")
         ids.setflags(write=False)
-        text = self._decoder.decode(ids.tolist()) if self._decoder is not None else None
+        text = None
+        if self._decoder is not None:
+            text = (self._decoder.decode(ids.tolist()), self._decoder.prompt_context(ids.tolist()))
         value = (task, ids, np.uint64(chain_hash(ids, self.config.hash_seed)), text)
         if len(self._prompts) >= 65_536:
             self._prompts.clear()
@@ -197,7 +200,7 @@ class TokenChains:
         self.steps[row] = 0
         self.remaining[row] = min(self.core.max_seq_len - n, self.core.max_new_tokens)
         if self.decoder is not None:
-            self.decoder.start(row, n, text)
+            self.decoder.start(row, n, *text)
 
     def row_observation(self, row: int) -> dict[str, Any]:
         obs = {"input_ids": self.ids[row].copy(), "attention_mask": self.mask[row].copy(),
