@@ -151,6 +151,11 @@ class HashingCore:
         text = None
         if self._decoder is not None:
             text = (self._decoder.decode(ids.tolist()), self._decoder.prompt_context(ids.tolist()))
+            if len(text[0]) >= self.max_text_chars:
+                raise ValueError(
+                    f"Task {task.task_id}'s prompt decodes to {len(text[0])} characters; max_text_chars="
+                    f"{self.max_text_chars} leaves no room to generate. Raise max_text_chars."
+                )
         value = (task, ids, np.uint64(chain_hash(ids, self.config.hash_seed)), text)
         if len(self._prompts) >= 65_536:
             self._prompts.clear()

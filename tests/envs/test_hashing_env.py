@@ -295,3 +295,33 @@ def test_random_actions_property(actions, seed):
             final = info["final_obs"][i]
             task = envs.core.tasks[info["final_info"]["task_id"][i]]
             assert reward[i] == _ends_reward(task, _chain(final), len(PROMPTS[task.task_id]))
+
+
+def test_text_limit_chat_template_and_views(tiny_tok):
+    env = LLMHashingEnv(prompts=["The fox"], tokenizer=tiny_tok, max_seq_len=32, text_output=True, max_text_chars=12)
+    obs, _ = env.reset(seed=0)
+    space = env.observation_space
+    ends = []
+    for t in tiny_tok.encode(" jumps over", add_special_tokens=False):
+        obs, _, terminated, truncated, _ = env.step(t)
+        assert space.contains(obs)
+        ends.append(truncated)
+        if truncated:
+            break
+    assert ends[-1] and not any(ends[:-1]) and len(obs["text"]) == 12
+    with pytest.raises(ValueError, match="max_text_chars"):
+        LLMHashingEnv(prompts=["A long prompt here"], tokenizer=tiny_tok, text_output=True, max_text_chars=5)
+
+    chat = LLMHashingEnv(prompts=["Hi there"], tokenizer=tiny_tok, max_seq_len=64, apply_chat_template=True)
+    obs, _ = chat.reset(seed=0)
+    rendered = tiny_tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
+                                            add_generation_prompt=True)
+    assert _chain(obs).tolist() == tiny_tok.encode(rendered, add_special_tokens=False)
+
+    envs = LLMHashingVectorEnv(2, copy=False, **SMALL)
+    obs, _ = envs.reset(seed=0)
+    step_obs = envs.step(np.array([3, 4]))[0]
+    assert np.shares_memory(step_obs["input_ids"], envs.chains.ids)  # views, overwritten by the next step
+    copied = LLMHashingVectorEnv(2, **SMALL)
+    copied.reset(seed=0)
+    assert not np.shares_memory(copied.step(np.array([3, 4]))[0]["input_ids"], copied.chains.ids)

@@ -64,6 +64,21 @@ def test_reward_options_and_info(ifeval_file, rows, reward_mode, loose):
         env.step(reply)
 
 
+def test_tokens_mode_scores_the_decoded_reply(ifeval_file, rows, tiny_tok):
+    index = _row_index(rows, 2)
+    reply = "Sure:\n" + REPLY
+    text_env = LLMIFEvalEnv(data_files=str(ifeval_file))
+    token_env = LLMIFEvalEnv(data_files=str(ifeval_file), mode="tokens", tokenizer=tiny_tok, max_seq_len=1024,
+                             max_action_tokens=512)
+    text_env.reset(seed=0, options={"task_id": index})
+    obs, _ = token_env.reset(seed=0, options={"task_id": index})
+    assert obs["attention_mask"].sum() > 0
+    ids = tiny_tok.encode(reply, add_special_tokens=False) + [tiny_tok.eos_token_id]
+    out_text, out_tokens = text_env.step(reply), token_env.step(np.array(ids))
+    assert out_tokens[1] == out_text[1] and out_tokens[4]["instruction_results"] == out_text[4]["instruction_results"]
+    assert out_tokens[4]["policy_mask"].sum() == len(ids)
+
+
 def test_strip_thinking_scores_only_the_answer(ifeval_file, rows):
     index = next(i for i, r in enumerate(rows) if r["instruction_id_list"] == ["punctuation:no_comma"])
     env = LLMIFEvalEnv(data_files=str(ifeval_file), strip_thinking=True)
