@@ -13,7 +13,10 @@ from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.tasks.loading import load_hub_dataset, load_records
 
-__all__ = ["IFEvalHandler", "LLMIFEvalEnv", "default_scoring_workers", "LLMIFEvalVectorEnv", "RewardMode", "build_ifeval_core", "load_ifeval_tasks"]
+__all__ = [
+    "IFEvalHandler", "LLMIFEvalEnv", "LLMIFEvalVectorEnv", "RewardMode", "build_ifeval_core", "default_scoring_workers",
+    "load_ifeval_tasks",
+]
 
 RewardMode = Literal["fraction", "all"]
 IFEvalSource = Literal["file", "hub"]
@@ -233,8 +236,9 @@ class LLMIFEvalVectorEnv(LLMVectorEnv):
     """Native vector env of :class:`LLMIFEvalEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`).
 
     With ``scoring_workers=P > 0`` the sub-envs' replies are scored in ``P`` processes at once (the
-    respond threads default to ``P``); with 0 they are scored one after another in the stepping thread
-    (threads alone do not help: the checkers hold the GIL). Default: :func:`default_scoring_workers`.
+    respond threads that hand them over default to ``2 P``); with 0 they are scored one after another
+    in the stepping thread (threads alone do not help: the checkers hold the GIL). Default:
+    :func:`default_scoring_workers`.
     """
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
@@ -242,8 +246,8 @@ class LLMIFEvalVectorEnv(LLMVectorEnv):
                  scoring_workers: int | None = None, **kwargs: Any):
         if scoring_workers is None:
             scoring_workers = default_scoring_workers(int(num_envs)) if isinstance(num_envs, int) else 0
-        if num_workers is None:
-            num_workers = scoring_workers
+        if num_workers is None:  # two replies in flight per process: a worker never waits for the next one
+            num_workers = 2 * scoring_workers
         super().__init__(build_ifeval_core(scoring_workers=scoring_workers, **kwargs), num_envs,
                          group_size=group_size, autoreset_mode=autoreset_mode, num_workers=num_workers,
                          render_mode=render_mode)
