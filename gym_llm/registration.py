@@ -25,6 +25,10 @@ ENVS: tuple[EnvInfo, ...] = (
             "multi-turn chat; scripted or simulated user turns; reward hook", "reward_fn (default 0)"),
     EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv", "gym_llm.envs.gsm8k:LLMGSM8KVectorEnv",
             "grade-school math word problems, scored on the final answer", "{0, 1} (+ format_reward)"),
+    EnvInfo("LLMIFEval-v0", "gym_llm.envs.ifeval:LLMIFEvalEnv", "gym_llm.envs.ifeval:LLMIFEvalVectorEnv",
+            "instruction following (IFEval), official strict/loose checks", "[0, 1] (fraction or all-or-nothing)"),
+    EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv", "gym_llm.envs.hashing:LLMHashingVectorEnv",
+            "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)"),
     EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
             "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)"),
 )
