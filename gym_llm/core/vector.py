@@ -75,13 +75,16 @@ def _batch_values(key: str, where: Any, values: list[Any], num_envs: int) -> Any
         return batch_infos(nested, num_envs)
     if key != "final_obs" and (type(first) in (int, float, bool) or isinstance(first, np.number)):
         array = np.zeros(num_envs, dtype=type(first))
-        array[where] = values
-        return array
-    if key != "final_obs" and isinstance(first, np.ndarray):
+    elif key != "final_obs" and isinstance(first, np.ndarray):
         array = np.zeros((num_envs, *first.shape), dtype=first.dtype)
-        array[where] = values
-        return array
-    array = np.full(num_envs, None, dtype=object)
+    else:
+        array = np.full(num_envs, None, dtype=object)
+    if array.dtype != object:
+        try:
+            array[where] = values
+            return array
+        except (ValueError, TypeError):  # mixed kinds under one key: assign one by one, as Gymnasium does
+            pass
     for i, value in zip(range(num_envs)[where] if isinstance(where, slice) else where, values):
         array[i] = value
     return array

@@ -17,6 +17,10 @@ def _tiny_tok():
     return tiny_tokenizer()
 
 
+def _ifeval() -> dict[str, Any]:
+    return {"data_files": str(shared_data_dir() / "ifeval" / "input_data.jsonl")}
+
+
 def _gsm8k() -> dict[str, Any]:
     return {"data_files": str(shared_data_dir() / "gsm8k" / "test.jsonl")}
 
@@ -33,6 +37,16 @@ CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
         "text": _gsm8k,
         "tokens": lambda: {**_gsm8k(), "mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 1024,
                            "max_action_tokens": 24},
+    },
+    "LLMIFEval-v0": {
+        "text": _ifeval,
+        "tokens": lambda: {**_ifeval(), "mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 4096,
+                           "max_action_tokens": 24},
+    },
+    "LLMHashing-v0": {
+        "tokens": lambda: {"tokenizer": _tiny_tok(), "max_seq_len": 64, "max_new_tokens": 6},
+        "text-output": lambda: {"tokenizer": _tiny_tok(), "max_seq_len": 64, "text_output": True},
+        "ids-only": lambda: {"vocab_size": 50, "prompts": [[1, 2, 3], [4]], "eos_token_ids": [0], "max_seq_len": 16},
     },
     "LLMTokens-v0": {
         "text": lambda: {"mode": "text", "max_chars": 512},
