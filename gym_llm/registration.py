@@ -25,6 +25,10 @@ ENVS: tuple[EnvInfo, ...] = (
             "multi-turn chat; scripted or simulated user turns; reward hook", "reward_fn (default 0)"),
     EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv", "gym_llm.envs.gsm8k:LLMGSM8KVectorEnv",
             "grade-school math word problems, scored on the final answer", "{0, 1} (+ format_reward)"),
+    EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
+            "gym_llm.envs.python_tool:LLMPythonToolVectorEnv",
+            "chat with a sandboxed persistent Python interpreter; default task GSM8K with code",
+            "task reward: {0, 1} on GSM8K (+ format_reward)"),
     EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
             "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)"),
 )
