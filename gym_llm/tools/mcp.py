@@ -48,6 +48,7 @@ class _Connection:
         self._ready: concurrent.futures.Future = concurrent.futures.Future()
         self._stop: asyncio.Event | None = None
         self.client = None
+        self.broken = False  # a call failed on the transport: reconnect before the next one
         self.lifecycle = asyncio.run_coroutine_threadsafe(self._run(mcp, params), self.loop)
         try:
             self.tools = self._ready.result(timeout=startup_timeout_s)
@@ -81,15 +82,21 @@ class _Connection:
 
     @property
     def alive(self) -> bool:
-        return not self.lifecycle.done() and self.client is not None
+        return not self.broken and not self.lifecycle.done() and self.client is not None
 
     def call(self, name: str, arguments: Mapping[str, Any], timeout_s: float):
-        future = asyncio.run_coroutine_threadsafe(self.client.call_tool(name, dict(arguments)), self.loop)
+        client = self.client
+        if client is None:
+            raise ConnectionError("the MCP connection is closed")
+        future = asyncio.run_coroutine_threadsafe(client.call_tool(name, dict(arguments)), self.loop)
         try:
             return future.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError from None
+        except Exception:
+            self.broken = True
+            raise
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._stop is not None and not self.lifecycle.done():
