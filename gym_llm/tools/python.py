@@ -174,8 +174,20 @@ class PythonSession:
             logger.error("no sandbox for a python call: %s", e)
             return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
         reply = channel.execute(code)
-        why = self._restart() if reply.status in ("timeout", "crashed") else ""
-        return self._result(call, reply, why)
+        note = ""
+        if reply.status == "dead":  # e.g. user code killed its own parent in an earlier call
+            self._restart()
+            note = ("[The previous Python session had ended; this code ran in a fresh interpreter: variables, "
+                    "imports and files from earlier calls are lost.]\n")
+            try:
+                reply = self._ensure_channel().execute(code)
+            except SandboxError as e:
+                return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
+        why = self._restart() if reply.status in ("timeout", "crashed", "dead") else ""
+        result = self._result(call, reply, why)
+        if note:
+            result = ToolResult(call, note + result.content, result.status, result.duration_s, result.truncated)
+        return result
 
     def _ensure_channel(self) -> ReplChannel:
         if self._channel is not None:
@@ -209,7 +221,7 @@ class PythonSession:
             text = (f"Error: the code ran longer than the {self.config.timeout_s:g} s limit and was stopped. "
                     f"{_RESTARTED}")
             return ToolResult(call, text, "timeout", reply.duration_s)
-        if reply.status == "crashed":
+        if reply.status in ("crashed", "dead"):
             return ToolResult(call, f"Error: the Python process crashed: {why}. {_RESTARTED}", "crashed", reply.duration_s)
         text = reply.output
         if reply.omitted_chars:

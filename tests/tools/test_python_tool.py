@@ -51,6 +51,32 @@ def test_errors_come_back_as_tracebacks_of_the_cell(session):
     assert call(session, "print('still here')").content == "still here\n"
 
 
+def _descendants(pid: int) -> list[int]:
+    from pathlib import Path
+
+    children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                for c in (t / "children").read_text().split()]
+    return children + [d for c in children for d in _descendants(c)]
+
+
+def test_a_repl_killed_from_outside_is_replaced_on_the_next_call(session):
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    assert call(session, "x = 1\nimport os\nos.getpid()").status == "ok"
+    sandbox = session._sandbox
+    repl_host_pid = _descendants(sandbox.process.pid)[-1]  # bwrap -> init -> zygote -> REPL
+    os.kill(repl_host_pid, signal.SIGKILL)  # e.g. the kernel's OOM killer
+    while Path(f"/proc/{repl_host_pid}/stat").read_text().split()[2] != "Z":  # until it has exited
+        time.sleep(0.01)
+    result = call(session, "print('x' in dir())")
+    assert result.status == "ok" and result.content.startswith("[The previous Python session had ended")
+    assert result.content.endswith("False\n")
+    assert call(session, "print(2 + 2)").content == "4\n"
+
+
 def test_output_cap_has_a_visible_marker(session):
     result = call(session, "print('a' * 1000)")
     assert result.truncated and result.content.startswith("a" * 500)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from gym_llm.tools.sandbox.config import SandboxConfig
-from gym_llm.tools.sandbox.seccomp import repl_filter, sandbox_filter
+from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
 
 __all__ = ["Sandbox", "ReplChannel", "ReplReply", "SandboxError", "SandboxUnavailableError", "find_bwrap"]
 
@@ -131,15 +131,16 @@ class ReplReply:
     """What one call returned.
 
     Attributes:
-        status: ``"ok"``, ``"error"`` (user code raised), ``"timeout"`` (wall clock) or ``"crashed"``
-            (the REPL died or broke the protocol).
+        status: ``"ok"``, ``"error"`` (user code raised), ``"timeout"`` (wall clock), ``"crashed"``
+            (the REPL died or broke the protocol while running this call) or ``"dead"`` (the REPL was
+            already gone before this call: the code did not run).
         output: captured stdout/stderr (the first ``max_output_chars``).
         omitted_chars: characters of output dropped past the cap.
         error: the formatted traceback (``status == "error"``) or why the REPL stopped.
         duration_s: wall time of the call as seen by the host.
     """
 
-    status: Literal["ok", "error", "timeout", "crashed"]
+    status: Literal["ok", "error", "timeout", "crashed", "dead"]
     output: str
     omitted_chars: int
     error: str
@@ -171,6 +172,11 @@ class ReplChannel:
                               "max_error_chars": self.config.max_error_chars}).encode()
         try:
             self._write(len(request).to_bytes(4, "big") + request, deadline)
+        except BrokenPipeError:  # nobody reads the request: the REPL died before this call
+            return ReplReply("dead", "", 0, "", time.perf_counter() - start)
+        except TimeoutError:
+            return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
+        try:
             header = self._read(4, deadline)
             size = int.from_bytes(header, "big")
             if size > self.max_reply_bytes:
@@ -254,7 +260,7 @@ class Sandbox:
                 "repl_filter": repl_filter(config.allow_subprocess).hex(), "paths": _import_paths(config),
                 "preload": list(config.preload), "memory_bytes": config.memory_limit_mb << 20,
                 "cpu_s": config.cpu_limit_s, "file_size_bytes": config.file_size_limit_mb << 20,
-                "max_open_files": config.max_open_files,
+                "max_open_files": config.max_open_files, "self_pid_placeholder": SELF_PID_PLACEHOLDER,
             }
             command = [_interpreter(), "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
             pass_fds = [sandbox_end.fileno()]

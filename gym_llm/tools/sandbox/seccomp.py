@@ -12,7 +12,12 @@ Two classic-BPF programs are built once per process and cached:
   set and before it reads any user code. It adds: no new processes (``fork``/``vfork``, ``clone``
   without ``CLONE_THREAD``; ``clone3`` answers ``ENOSYS`` so libc falls back to ``clone``, where the
   flags can be checked), no ``execve``, no sockets at all, and no SysV/POSIX IPC objects (which could
-  outlive the episode). With ``allow_subprocess=True`` the process rules are left out.
+  outlive the episode), and no signals to any process but itself (``kill``, ``tgkill``,
+  ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and ``pidfd_open`` must target its own pid; ``tkill`` is
+  denied): it cannot kill the zygote that forks the next episode's REPL, nor — in the unsandboxed
+  mode — any host process. The REPL's own pid is known only after ``fork``, so the program is
+  compiled with :data:`SELF_PID_PLACEHOLDER` and the REPL patches that constant to its pid before
+  loading it. With ``allow_subprocess=True`` the process and signal rules are left out.
 
 Denied calls fail with an errno (``EPERM`` unless noted) rather than killing the process, so user code
 sees a normal ``PermissionError``. Syscalls of a foreign ABI (e.g. 32-bit ``int 0x80`` on x86-64) hit
@@ -30,7 +35,7 @@ import logging
 import os
 import socket
 
-__all__ = ["SANDBOX_DENY", "REPL_DENY_PROCESS", "REPL_DENY_IPC", "sandbox_filter", "repl_filter", "SeccompUnavailableError"]
+__all__ = ["SELF_PID_PLACEHOLDER", "SANDBOX_DENY", "REPL_DENY_PROCESS", "REPL_DENY_IPC", "sandbox_filter", "repl_filter", "SeccompUnavailableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +61,13 @@ REPL_DENY_PROCESS: tuple[str, ...] = ("fork", "vfork", "execve", "execveat")
 
 REPL_DENY_IPC: tuple[str, ...] = ("socket", "shmget", "semget", "msgget", "mq_open")
 """No sockets (``socketpair`` stays: asyncio needs it) and no IPC objects that outlive a process."""
+
+SIGNAL_SELF_ONLY: tuple[str, ...] = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")
+"""Syscalls whose first argument (a pid) must be the REPL's own."""
+
+SELF_PID_PLACEHOLDER = 0x3EADBEEF
+"""Stands for the REPL's pid in the compiled REPL filter (above any real pid: pid_max <= 2**22); the
+REPL replaces the ``k`` field of every BPF instruction that holds it."""
 
 _CLONE_THREAD = 0x00010000
 _TIOCSTI = 0x5412  # push characters into a terminal's input queue
@@ -130,4 +142,20 @@ def repl_filter(allow_subprocess: bool = False) -> bytes:
         _deny(sc, program, REPL_DENY_PROCESS)
         program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
         _deny(sc, program, ("clone3",), errno.ENOSYS)
+        _deny(sc, program, ("tkill",))
+        for name in SIGNAL_SELF_ONLY:
+            program.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, SELF_PID_PLACEHOLDER))
     return _export(program)
+
+
+def patch_self_pid(program: bytes, pid: int) -> bytes:
+    """``program`` with :data:`SELF_PID_PLACEHOLDER` replaced by ``pid`` (what the REPL does in the
+    sandbox, written here too so it is tested on the host). Instructions are 8 bytes:
+    ``u16 code, u8 jt, u8 jf, u32 k`` in native byte order."""
+    import sys
+
+    out = bytearray(program)
+    for offset in range(0, len(out), 8):
+        if int.from_bytes(out[offset + 4: offset + 8], sys.byteorder) == SELF_PID_PLACEHOLDER:
+            out[offset + 4: offset + 8] = pid.to_bytes(4, sys.byteorder)
+    return bytes(out)

@@ -161,6 +161,7 @@ class Zygote:
         self.repl_filter = bytes.fromhex(config["repl_filter"])
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.child = None
+        self.spare = None  # (pid, handoff socket) of the pre-forked next REPL
 
     def prepare(self):
         import resource
@@ -221,26 +222,48 @@ class Zygote:
         self.child = None
         return status
 
-    def spawn(self, fds):
-        self.end_child()
-        clean = self.wipe()
+    def fork_spare(self):
+        """Fork the next REPL ahead of time: it sets its limits and filter, warms up, then waits for
+        its pipes on a private socket, so starting an episode's REPL costs one message."""
+        zygote_end, repl_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             try:
-                self.child_main(*fds)
+                self.child_main(repl_end)
             finally:
                 os._exit(0)
-        for fd in fds:
-            os.close(fd)
+        repl_end.close()
+        self.spare = (pid, zygote_end)
+
+    def take_spare(self):
+        if self.spare is not None:
+            pid, handoff = self.spare
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                return pid, handoff
+            handoff.close()  # the spare died (it never runs user code, so this is rare)
+        self.fork_spare()
+        return self.spare
+
+    def spawn(self, fds):
+        self.end_child()
+        clean = self.wipe()
+        pid, handoff = self.take_spare()
+        self.spare = None
+        try:
+            socket.send_fds(handoff, [b"go"], fds)
+        finally:
+            handoff.close()
+            for fd in fds:
+                os.close(fd)
         self.child = pid
         return {"op": "spawned", "pid": pid, "clean": clean}
 
-    def child_main(self, request_fd, reply_fd):
+    def child_main(self, handoff):
         import ctypes
         import resource
 
         self.control.detach()
-        keep = sorted({0, 1, 2, request_fd, reply_fd})
+        keep = sorted({0, 1, 2, handoff.fileno()})
         for low, high in zip(keep, keep[1:] + [1 << 20]):
             os.closerange(low + 1, high)
         self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -249,7 +272,12 @@ class Zygote:
         cpu = self.config["cpu_s"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         os.chdir(self.scratch)
-        program = ctypes.create_string_buffer(self.repl_filter, len(self.repl_filter))
+        bpf = bytearray(self.repl_filter)  # put this process's pid where the filter says "self"
+        placeholder, pid = self.config["self_pid_placeholder"], os.getpid()
+        for offset in range(0, len(bpf), 8):
+            if int.from_bytes(bpf[offset + 4:offset + 8], sys.byteorder) == placeholder:
+                bpf[offset + 4:offset + 8] = pid.to_bytes(4, sys.byteorder)
+        program = ctypes.create_string_buffer(bytes(bpf), len(bpf))
 
         class Fprog(ctypes.Structure):
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -259,10 +287,18 @@ class Zygote:
             PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0
         ) != 0:
             os._exit(97)  # never run user code without the filter
-        Repl().serve(request_fd, reply_fd)
+        repl = Repl()
+        repl.run("_ = [str(i) for i in range(3)]\nprint(_)\n_", 100, 100)  # touch the hot paths before the episode
+        repl.namespace.pop("_", None)
+        repl.cells = 0
+        _, fds, _, _ = socket.recv_fds(handoff, 16, 2)
+        handoff.close()
+        if len(fds) == 2:
+            repl.serve(*fds)
 
     def serve(self, errors):
         self.control.send(json.dumps({"op": "ready", "pid": os.getpid(), "preload_errors": errors}).encode())
+        self.fork_spare()
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(self.control, 1 << 16, 4)
@@ -283,6 +319,8 @@ class Zygote:
                     os.close(fd)
                 reply = {"op": "error", "message": f"unknown request {op!r}"}
             self.control.send(json.dumps(reply).encode())
+            if self.spare is None and op in ("spawn", "end") and self.child is None:
+                self.fork_spare()  # after the answer: off the host's critical path
         self.end_child()
 
 
