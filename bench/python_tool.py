@@ -86,7 +86,32 @@ def run_gym_llm(batch: int, rounds: int) -> Result:
     return Result("gym-llm LLMPythonTool-v0 (bwrap sandbox, persistent REPL)", latencies, rounds * batch, wall)
 
 
+def warm_call_latency(calls: int = 300) -> Result:
+    """One episode's warm REPL, calls one after another: the sandbox's own per-call overhead."""
+    from gym_llm.tools import PythonTool, ToolCall
+
+    tool = PythonTool(min_idle=0)
+    tool.attach()
+    session = tool.open_session()
+    latencies = []
+    try:
+        session.run(ToolCall("python", {"code": "x = 0"}))
+        start = time.perf_counter()
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            session.run(ToolCall("python", {"code": "x += 1"}))
+            latencies.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - start
+    finally:
+        session.close()
+        tool.detach()
+    return Result("gym-llm, one warm REPL, sequential calls", latencies, 0, wall)
+
+
 def run_torchrl(batch: int, rounds: int, persistent: bool) -> Result:
+    import logging
+
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # it logs every block's output at INFO
     from tensordict import TensorDict, set_list_to_stack
     from torchrl.data.llm import History
     from torchrl.envs.llm import ChatEnv
@@ -156,6 +181,9 @@ def main() -> None:
         print(f"throughput ratio gym-llm / {base.name}: {ours.episodes_per_s / base.episodes_per_s:.1f}x "
               f"(p50 latency ratio {base.percentile(0.5) / ours.percentile(0.5):.1f}x)")
     print(f"gym-llm call latency mean {statistics.mean(ours.latencies_s) * 1e3:.2f} ms over {len(ours.latencies_s)} calls")
+    warm = warm_call_latency()
+    print(f"{warm.name}: p50 {warm.percentile(0.5) * 1e3:.3f} ms, p95 {warm.percentile(0.95) * 1e3:.3f} ms "
+          f"over {len(warm.latencies_s)} calls")
 
 
 if __name__ == "__main__":
