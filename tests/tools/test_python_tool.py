@@ -176,3 +176,23 @@ def test_pickled_tool_is_a_detached_spec(tool):
     finally:
         session.close()
         clone.detach()
+
+
+def test_allow_subprocess_runs_children_and_uses_a_fresh_sandbox_per_episode():
+    tool = PythonTool(allow_subprocess=True, min_idle=0)
+    tool.attach()
+    try:
+        session = tool.open_session()
+        result = call(session, "import subprocess, sys\n"
+                               "subprocess.run([sys.executable, '-I', '-S', '-c', 'print(6 * 7)'], check=True)\n"
+                               "print(subprocess.run([sys.executable, '-I', '-S', '-c', 'print(1)'],"
+                               " capture_output=True, text=True).stdout)")
+        assert result.status == "ok" and result.content == "1\n\n", result.content
+        first = session._sandbox
+        session.close()
+        assert not first.alive  # killed, with anything its children left behind
+        session = tool.open_session()
+        assert call(session, "1").content == "1\n" and session._sandbox is not first
+        session.close()
+    finally:
+        tool.detach()
