@@ -100,6 +100,7 @@ def build_chat_core(
     tasks = tasks_from_records(records)
     config = ChatConfig(max_turns=max_turns, **chat_kwargs)
     handler, tool_schemas, stop_tools = with_tools(ChatHandler(reward_fn, follow_ups, user_simulator), tools,
+                                                   max_turns=config.max_turns,
                                                    max_calls_per_turn=max_tool_calls_per_turn)
     try:
         core = ChatCore(config, handler, tools=tool_schemas)

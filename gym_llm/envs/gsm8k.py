@@ -131,6 +131,7 @@ def build_gsm8k_core(
     )
     config = ChatConfig(**chat_kwargs)
     handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward), tools,
+                                                   max_turns=config.max_turns,
                                                    max_calls_per_turn=max_tool_calls_per_turn)
     try:
         core = ChatCore(config, handler, tools=tool_schemas)

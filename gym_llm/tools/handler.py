@@ -166,12 +166,22 @@ class ToolHandler:
             close(episode)
 
 
-def with_tools(handler: TurnHandler, tools: Sequence[Tool] | None, *, max_calls_per_turn: int = 8
+def with_tools(handler: TurnHandler, tools: Sequence[Tool] | None, *, max_turns: int,
+               max_calls_per_turn: int = 8
                ) -> tuple[TurnHandler, list[dict[str, Any]] | None, Callable[[], None] | None]:
     """What an env builder needs to add ``tools=[...]``: the wrapped handler, the schemas for the chat
-    template, and the ``on_close`` hook that stops the tools. Without tools: ``(handler, None, None)``."""
+    template, and the ``on_close`` hook that stops the tools. Without tools: ``(handler, None, None)``.
+
+    Raises:
+        ValueError: ``max_turns < 2`` (the last turn is always the final answer, so no call could run).
+    """
     if not tools:
         return handler, None, None
+    if max_turns < 2:
+        raise ValueError(
+            f"tools=[...] need max_turns >= 2 (calls on the last turn are not run: that reply is the final answer), "
+            f"got max_turns={max_turns}; pass e.g. max_turns=4."
+        )
     toolbox = Toolbox(tools, max_calls_per_turn=max_calls_per_turn)
     toolbox.attach()
     try:

@@ -194,3 +194,9 @@ def test_gsm8k_env_accepts_tools(gsm8k_test_file, tool):
     _, reward, terminated, _, info = env.step(f"#### {answer}")
     assert terminated and reward == 1.0
     env.close()
+
+
+def test_tools_with_a_single_turn_are_rejected(gsm8k_test_file, tool):
+    with pytest.raises(ValueError, match="max_turns >= 2"):
+        LLMGSM8KEnv(data_files=str(gsm8k_test_file), tools=[tool])  # GSM8K's default max_turns is 1
+    assert tool._pool is not None and tool._refs == 1  # nothing was attached for the failed env
