@@ -173,9 +173,7 @@ def test_make_vec_native_and_async(tool):
     assert isinstance(native.unwrapped, LLMPythonToolVectorEnv) and native.unwrapped._pool._max_workers == 2
     native.close()
     for kwargs in ({"sandbox": {"timeout_s": 5.0, "min_idle": 0}}, {"python_tool": tool}):  # built in / pickled
-        # shared_memory=False: Gymnasium's shared-memory path cannot write UnicodeText observations
-        envs = gym.make_vec("LLMPythonTool-v0", num_envs=2, vectorization_mode="async", tasks=TASKS,
-                            vector_kwargs={"shared_memory": False}, **kwargs)
+        envs = gym.make_vec("LLMPythonTool-v0", num_envs=2, vectorization_mode="async", tasks=TASKS, **kwargs)
         try:
             envs.reset(seed=0)
             _, reward, terminated, _, info = envs.step((code("print(2 + 2)"), "#### 4"))
