@@ -158,10 +158,16 @@ class MCPTool:
         self._refs = 0
         self._schemas: list[dict[str, Any]] = []
         self.names: tuple[str, ...] = ()
+        self._owner_pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """A forked child inherits the parent's connection object but not its event-loop thread: reset."""
+        if self._owner_pid != os.getpid():
+            self._init_runtime()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_lock", "_connection", "_refs", "_schemas", "names"):
+        for key in ("_lock", "_connection", "_refs", "_schemas", "names", "_owner_pid"):
             state.pop(key)
         return state
 
@@ -181,6 +187,7 @@ class MCPTool:
         return connection
 
     def attach(self) -> None:
+        self._after_fork()
         with self._lock:
             self._refs += 1
             if self._connection is None:
@@ -191,6 +198,7 @@ class MCPTool:
                     raise
 
     def detach(self) -> None:
+        self._after_fork()
         with self._lock:
             self._refs = max(0, self._refs - 1)
             connection = self._connection if self._refs == 0 else None
@@ -212,6 +220,7 @@ class MCPTool:
 
     # ---------------------------------------------------------------------------------- calls
     def _live_connection(self) -> _Connection:
+        self._after_fork()
         with self._lock:
             if self._refs == 0:
                 raise RuntimeError("the MCP tool is not attached to an env")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import fields
 from typing import Any
@@ -77,6 +78,13 @@ class PythonTool:
         self._lock = threading.Lock()
         self._pool: SandboxPool | None = None
         self._refs = 0
+        self._owner_pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child (e.g. an ``AsyncVectorEnv`` worker) the inherited pool belongs to the
+        parent and its spawner thread does not exist here: start over with this process's own."""
+        if self._owner_pid != os.getpid():
+            self._init_runtime()
 
     def _probe(self) -> None:
         """Start one sandbox now (once per process and setting) so a broken setup fails loudly here."""
@@ -99,7 +107,7 @@ class PythonTool:
     # ---------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_lock", "_pool", "_refs"):
+        for key in ("_lock", "_pool", "_refs", "_owner_pid"):
             state.pop(key)
         return state
 
@@ -118,6 +126,7 @@ class PythonTool:
         return [function_schema(self.name, self.description, parameters)]
 
     def attach(self) -> None:
+        self._after_fork()
         with self._lock:
             self._refs += 1
             if self._pool is None:
@@ -125,6 +134,7 @@ class PythonTool:
                 self._pool = SandboxPool(self.config, min_idle=self.min_idle, bwrap=self.bwrap)
 
     def detach(self) -> None:
+        self._after_fork()
         with self._lock:
             self._refs = max(0, self._refs - 1)
             pool = self._pool if self._refs == 0 else None
@@ -135,12 +145,14 @@ class PythonTool:
 
     def prewarm(self, count: int) -> None:
         """Start ``count`` sandboxes in the background (e.g. one per sub-env)."""
+        self._after_fork()
         pool = self._pool
         if pool is not None:
             pool.prewarm(count)
 
     @property
     def pool(self) -> SandboxPool:
+        self._after_fork()
         pool = self._pool
         if pool is None:
             raise SandboxError("the PythonTool is not attached to an env (call tool.attach() first)")

@@ -102,3 +102,24 @@ def test_server_that_does_not_start_fails_env_construction():
         LLMChatEnv(prompts=["hi"], tools=[broken])
     assert broken._connection is None and broken._refs == 0
     assert os.path.exists(SERVER)
+
+
+def test_forked_child_starts_its_own_server(mcp_tool):
+    """AsyncVectorEnv's fork workers inherit attached tools: they must not use the parent's connection."""
+    parent_server = int(mcp_tool.run(ToolCall("srv_pid", {})).content)
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            mcp_tool.attach()
+            result = mcp_tool.run(ToolCall("srv_pid", {}))
+            mcp_tool.detach()
+            os.write(write_fd, f"{result.status} {result.content}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    status, server = os.read(read_fd, 1024).decode().split()
+    os.close(read_fd)
+    os.waitpid(child, 0)
+    assert status == "ok" and int(server) != parent_server
+    assert int(mcp_tool.run(ToolCall("srv_pid", {})).content) == parent_server  # the parent's is untouched

@@ -196,3 +196,27 @@ def test_allow_subprocess_runs_children_and_uses_a_fresh_sandbox_per_episode():
         session.close()
     finally:
         tool.detach()
+
+
+def test_forked_child_gets_its_own_pool(tool):
+    """AsyncVectorEnv's fork workers inherit attached tools: they must not use the parent's sandboxes."""
+    import os
+
+    parent_pool = tool.pool
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            tool.attach()
+            session = tool.open_session()
+            own_pool = tool.pool is not parent_pool
+            os.write(write_fd, f"{own_pool} {call(session, '6 * 7').content.strip()}".encode())
+            session.close()
+            tool.detach()
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    report = os.read(read_fd, 1024).decode()
+    os.close(read_fd)
+    os.waitpid(child, 0)
+    assert report == "True 42" and tool.pool is parent_pool
