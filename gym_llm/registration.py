@@ -29,6 +29,10 @@ ENVS: tuple[EnvInfo, ...] = (
             "instruction following (IFEval), official strict/loose checks", "[0, 1] (fraction or all-or-nothing)"),
     EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv", "gym_llm.envs.hashing:LLMHashingVectorEnv",
             "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)"),
+    EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
+            "gym_llm.envs.python_tool:LLMPythonToolVectorEnv",
+            "chat with a sandboxed persistent Python interpreter; default task GSM8K with code",
+            "task reward: {0, 1} on GSM8K (+ format_reward)"),
     EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
             "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)"),
 )

@@ -12,6 +12,7 @@ from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.tasks.loading import load_records
+from gym_llm.tools.handler import with_tools
 
 __all__ = ["LLMChatEnv", "LLMChatVectorEnv", "ChatHandler", "RewardFn", "UserSimulator", "builtin_chat_prompts"]
 
@@ -91,18 +92,30 @@ def build_chat_core(
     reward_fn: RewardFn | None = None,
     task_order: TaskOrder = "shuffle",
     max_turns: int = 8,
+    tools: Sequence[Any] | None = None,
+    max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
 ) -> EnvCore:
     records = builtin_chat_prompts() if prompts is None else load_records(prompts, split=split)
     tasks = tasks_from_records(records)
     config = ChatConfig(max_turns=max_turns, **chat_kwargs)
-    core = ChatCore(config, ChatHandler(reward_fn, follow_ups, user_simulator))
+    handler, tool_schemas, stop_tools = with_tools(ChatHandler(reward_fn, follow_ups, user_simulator), tools,
+                                                   max_turns=config.max_turns,
+                                                   max_calls_per_turn=max_tool_calls_per_turn)
+    try:
+        core = ChatCore(config, handler, tools=tool_schemas)
+    except BaseException:
+        if stop_tools is not None:
+            stop_tools()
+        raise
     return EnvCore(
         tasks=tasks,
         new_episode=core.new_episode,
         observation_space=core.observation_space,
         action_space=core.action_space,
         task_order=task_order,
+        parallel_respond=stop_tools is not None,
+        on_close=stop_tools,
         extra={"chat": core},
     )
 
@@ -143,7 +156,9 @@ class LLMChatEnv(LLMEnv):
     ## Arguments
     ``prompts`` (list of str/records, a .jsonl path, or a ``datasets.Dataset``; records may hold
     ``prompt`` or ``messages`` and ``follow_ups``), ``split``, ``follow_ups``, ``user_simulator``,
-    ``reward_fn``, ``task_order``, ``max_turns`` (default 8), and every
+    ``reward_fn``, ``task_order``, ``max_turns`` (default 8), ``tools`` (a list of
+    :mod:`gym_llm.tools` tools — ``PythonTool``, ``MCPTool`` — whose calls in a reply are run and
+    answered with ``tool`` messages; see ``docs/tools.md``), ``max_tool_calls_per_turn``, and every
     :class:`~gym_llm.core.chat.ChatConfig` field (``mode``, ``tokenizer``, ``system_prompt``, ...).
 
     ## Vectorized environment

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
@@ -12,6 +12,7 @@ from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, load_records
+from gym_llm.tools.handler import with_tools
 
 __all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "DEFAULT_GSM8K_PROMPT"]
 
@@ -119,6 +120,8 @@ def build_gsm8k_core(
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
     format_reward: float = 0.0,
     task_order: TaskOrder = "shuffle",
+    tools: Sequence[Any] | None = None,
+    max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
 ) -> EnvCore:
     task_list = load_gsm8k_tasks(
@@ -126,13 +129,24 @@ def build_gsm8k_core(
         dataset_config=dataset_config, split=split, num_generated=num_generated,
         generator_seed=generator_seed, prompt_template=prompt_template,
     )
-    core = ChatCore(ChatConfig(**chat_kwargs), GSM8KHandler(format_reward))
+    config = ChatConfig(**chat_kwargs)
+    handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward), tools,
+                                                   max_turns=config.max_turns,
+                                                   max_calls_per_turn=max_tool_calls_per_turn)
+    try:
+        core = ChatCore(config, handler, tools=tool_schemas)
+    except BaseException:
+        if stop_tools is not None:
+            stop_tools()
+        raise
     return EnvCore(
         tasks=task_list,
         new_episode=core.new_episode,
         observation_space=core.observation_space,
         action_space=core.action_space,
         task_order=task_order,
+        parallel_respond=stop_tools is not None,
+        on_close=stop_tools,
         extra={"chat": core},
     )
 
@@ -174,6 +188,9 @@ class LLMGSM8KEnv(LLMEnv):
       (``num_generated``, ``generator_seed``); ``"hub"``/None loads ``dataset_name`` (default
       ``openai/gsm8k``, config ``main``, ``split``) through ``datasets``.
     * ``tasks``: records (or a ``datasets.Dataset``) with ``question``/``answer`` instead of a file.
+    * ``tools``: :mod:`gym_llm.tools` tools (``PythonTool``, ``MCPTool``); calls in a reply are run and
+      answered with ``tool`` messages until a reply without calls is scored (raise ``max_turns``);
+      ``max_tool_calls_per_turn``. See ``docs/tools.md`` and ``LLMPythonTool-v0``.
     * ``prompt_template`` (with ``{question}``), ``format_reward``, ``task_order``, and every
       :class:`~gym_llm.core.chat.ChatConfig` field (``mode``, ``tokenizer``, ``system_prompt``, ...).
 

@@ -48,6 +48,11 @@ CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
         "text-output": lambda: {"tokenizer": _tiny_tok(), "max_seq_len": 64, "text_output": True},
         "ids-only": lambda: {"vocab_size": 50, "prompts": [[1, 2, 3], [4]], "eos_token_ids": [0], "max_seq_len": 16},
     },
+    "LLMPythonTool-v0": {
+        "text": lambda: {**_gsm8k(), "sandbox": {"min_idle": 0}},
+        "tokens": lambda: {**_gsm8k(), "mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 2048,
+                           "max_action_tokens": 24, "sandbox": {"min_idle": 0}},
+    },
     "LLMTokens-v0": {
         "text": lambda: {"mode": "text", "max_chars": 512},
         "tokens": lambda: {"tokenizer": _tiny_tok(), **SMALL_TOKENS, "max_steps": 4},

