@@ -38,4 +38,13 @@ echo "gym-llm set-up: torch $(cat "$constraints"), extras [$extras] into $VENV"
 if [ "$VLLM" = cpu ]; then
   "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
+case ",$EXTRAS," in
+  *,dev,*)
+    # The IFEval tests compare against the official evaluation code, which ships inside lm-eval; only
+    # its ifeval modules are imported, so its (heavy) dependencies are not needed.
+    "$PY" -m pip install --quiet --no-deps "lm-eval==0.4.13" ;;
+esac
+if ! ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2"; then
+  echo "warning: libseccomp2 is missing; the sandboxed Python tool needs it (apt-get install libseccomp2)" >&2
+fi
 "$PY" -c "import gym_llm, gymnasium; print('gym-llm', gym_llm.__version__, 'ready:', len(gym_llm.ENVS), 'envs')"

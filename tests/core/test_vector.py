@@ -207,7 +207,9 @@ def test_messages_are_typed():
     assert env.unwrapped.episode.messages == [Message("system", "S"), Message("user", "U")]
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+import warnings  # noqa: E402
+
+from hypothesis import assume, given, settings, strategies as st  # noqa: E402
 
 from gym_llm.core.vector import batch_infos  # noqa: E402
 
@@ -238,10 +240,18 @@ def test_batch_infos_equals_gymnasium_add_info(infos):
     ref_env = gym.vector.VectorEnv()
     ref_env.num_envs = n
     expected: dict = {}
-    for i, info in enumerate(clean):
-        if info is not None:
-            expected = ref_env._add_info(expected, info, i)
-    _assert_deep_equal(batch_infos(clean, n), expected)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, info in enumerate(clean):
+                if info is not None:
+                    expected = ref_env._add_info(expected, info, i)
+    except (TypeError, ValueError, OverflowError):
+        assume(False)  # Gymnasium itself cannot batch these mixed kinds: nothing to agree with
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = batch_infos(clean, n)
+    _assert_deep_equal(result, expected)
 
 
 def _assert_deep_equal(a, b):
