@@ -71,9 +71,12 @@ class _LinearTokenLogProb(torch.autograd.Function):
         lse = torch.empty(N, dtype=torch.float32, device=hidden.device)  # (N,)
         for start in range(0, N, rows):
             end = min(start + rows, N)
-            tile = _logits_tile(hidden[start:end], weight, bias, inv_temperature)  # (n, V)
-            lse[start:end] = torch.logsumexp(tile, dim=-1)
-            out[start:end] = tile.gather(1, targets[start:end, None]).squeeze(1) - lse[start:end]
+            tile = _logits_tile(hidden[start:end], weight, bias, inv_temperature)  # (n, V), ours to overwrite
+            target_logit = tile.gather(1, targets[start:end, None]).squeeze(1)  # (n,)
+            # logsumexp in place on the tile: about 2x faster than torch.logsumexp on CPU, no extra (n, V) buffer.
+            row_max = tile.amax(-1, keepdim=True)  # (n, 1)
+            lse[start:end] = tile.sub_(row_max).exp_().sum(-1).log_().add_(row_max.squeeze(-1))
+            out[start:end] = target_logit - lse[start:end]
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.inv_temperature, ctx.rows = inv_temperature, rows
         return out
@@ -137,38 +140,76 @@ def _check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_m
             raise ValueError(
                 f"{name} must have input_ids' shape {tuple(input_ids.shape)}; got {tuple(mask.shape)}."
             )
-    if bool(score_mask[:, 0].any()):
+    real, scored = attention_mask.bool(), score_mask.bool()
+    if bool((scored & ~real).any()):
+        raise ValueError("score_mask marks padding positions (attention_mask == 0); it must be a subset of it.")
+    if bool((scored & (real.long().cumsum(-1) == 1)).any()):
         raise ValueError(
-            "score_mask[:, 0] must be 0: the first token has no context to score it. "
+            "score_mask marks the first real token of a row: it has no context to score it. "
             "Sequences start with a prompt; put at least one token before the first sampled one."
         )
-    if bool((score_mask.bool() & ~attention_mask.bool()).any()):
-        raise ValueError("score_mask marks padding positions (attention_mask == 0); it must be a subset of it.")
+
+
+def _plan_forwards(attention_mask: torch.Tensor, micro_batch_size: int | None,
+                   max_tokens_per_forward: int | None) -> list[tuple[list[int], int, int]]:
+    """Split rows into forwards: ``(rows, first_col, end_col)``, each trimmed to its rows' real tokens.
+
+    Rows are taken longest first, so each forward pads only up to its own longest row; a forward takes rows
+    while ``rows <= micro_batch_size`` and ``rows * width <= max_tokens_per_forward``. Rows without real
+    tokens are left out (their output is all zeros).
+    """
+    real = attention_mask.bool().cpu()
+    B, S = real.shape
+    cols = torch.arange(S)
+    starts = torch.where(real, cols, S).amin(1).tolist()  # first real column per row
+    ends = torch.where(real, cols + 1, 0).amax(1).tolist()  # one past the last real column
+    order = sorted((r for r in range(B) if ends[r] > 0), key=lambda r: starts[r] - ends[r])  # longest first
+    plan: list[tuple[list[int], int, int]] = []
+    rows: list[int] = []
+    lo, hi = S, 0
+    for r in order:
+        new_lo, new_hi = min(lo, starts[r]), max(hi, ends[r])
+        full = (micro_batch_size is not None and len(rows) >= micro_batch_size) or (
+            max_tokens_per_forward is not None and (len(rows) + 1) * (new_hi - new_lo) > max_tokens_per_forward)
+        if rows and full:
+            plan.append((rows, lo, hi))
+            rows, new_lo, new_hi = [], starts[r], ends[r]
+        rows.append(r)
+        lo, hi = new_lo, new_hi
+    if rows:
+        plan.append((rows, lo, hi))
+    return plan
 
 
 def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 score_mask: torch.Tensor, inv_temperature: float, chunk_bytes: int) -> torch.Tensor:
-    """Log-probs of ``input_ids[:, 1:][score_mask[:, 1:]]`` in row-major order, shape ``(N,)``."""
+    """``(b, L)`` log-probs at ``score_mask`` positions (0.0 elsewhere) of one forward's rows."""
     # Positions from the attention mask: left- and right-padded rows score the same tokens identically.
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (b, S)
-    select = score_mask[:, 1:].bool()  # (b, S-1): hidden at t-1 scores token t
-    targets = input_ids[:, 1:][select]  # (N,)
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (b, L)
+    select = score_mask.bool()  # (b, L); column 0 is never scored (checked by _check_inputs)
+    shifted = select[:, 1:]  # (b, L-1): hidden at t-1 scores token t
+    targets = input_ids[:, 1:][shifted]  # (N,)
     fast = _fast_head(model)
     if fast is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       use_cache=False).logits  # (b, S, V)
-        rows = logits[:, :-1][select].float() * inv_temperature  # (N, V)
-        return rows.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
-    backbone, head = fast
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                      use_cache=False).last_hidden_state  # (b, S, H)
-    hidden = hidden[:, :-1][select]  # (N, H)
-    weight, bias = head.weight, head.bias
-    hidden = hidden.to(weight.dtype)
-    rows = _rows_per_chunk(weight.shape[0], chunk_bytes)
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows)
-    return _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature, rows)
+                       use_cache=False).logits  # (b, L, V)
+        rows = logits[:, :-1][shifted].float() * inv_temperature  # (N, V)
+        flat = rows.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+    else:
+        backbone, head = fast
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).last_hidden_state  # (b, L, H)
+        weight, bias = head.weight, head.bias
+        hidden = hidden[:, :-1][shifted].to(weight.dtype)  # (N, H)
+        rows_per_chunk = _rows_per_chunk(weight.shape[0], chunk_bytes)
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            flat = _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk)
+        else:
+            flat = _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature,
+                                               rows_per_chunk)
+    out = torch.zeros(select.shape, dtype=torch.float32, device=input_ids.device)
+    # masked_scatter keeps the result connected to the graph (and works when nothing is scored).
+    return out.masked_scatter(select, flat.float())
 
 
 class _NoCtx:
@@ -186,6 +227,7 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     micro_batch_size: int | None = None,
+    max_tokens_per_forward: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> torch.Tensor:
     """Per-token log-probs ``log p(token_t | tokens_<t)`` of a transformers causal LM at the scored positions.
@@ -195,11 +237,15 @@ def token_logprobs(
             other heads fall back to the model's own forward).
         input_ids: ``(B, S)`` int64 token ids (any padding side).
         attention_mask: ``(B, S)`` 1 for real tokens.
-        score_mask: ``(B, S)`` 1 where a log-prob is wanted (the policy mask); must be 0 at ``t = 0`` and on
-            padding.
+        score_mask: ``(B, S)`` 1 where a log-prob is wanted (the policy mask); must be 0 on padding and on
+            each row's first real token.
         temperature: logits are divided by it before the softmax (match the sampler's if its log-probs are
             post-temperature; vLLM's default log-probs are raw, i.e. temperature 1).
-        micro_batch_size: rows per backbone forward (bounds activation memory); None = all at once.
+        micro_batch_size: at most this many rows per backbone forward; None = no row limit.
+        max_tokens_per_forward: at most ``rows * padded_width`` tokens per backbone forward; None = no limit.
+            Rows go longest first and each forward is trimmed to its own longest row, so a limit also cuts
+            the compute spent on padding (on CPU, 2048-4096 is a good value). Both limits bound activation
+            memory. Results do not depend on them.
         chunk_bytes: memory budget of one float32 ``(rows, V)`` logits tile.
 
     Returns:
@@ -209,19 +255,22 @@ def token_logprobs(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}.")
-    if micro_batch_size is not None and micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be >= 1 or None; got {micro_batch_size}.")
+    for name, limit in (("micro_batch_size", micro_batch_size), ("max_tokens_per_forward", max_tokens_per_forward)):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{name} must be >= 1 or None; got {limit}.")
     _check_inputs(input_ids, attention_mask, score_mask)
     B, S = input_ids.shape
-    step = B if micro_batch_size is None else micro_batch_size
-    parts = [
-        _score_rows(model, input_ids[i:i + step], attention_mask[i:i + step], score_mask[i:i + step],
-                    1.0 / temperature, chunk_bytes)
-        for i in range(0, B, step)
-    ]
-    flat = parts[0] if len(parts) == 1 else torch.cat(parts)  # (N,)
+    plan = _plan_forwards(attention_mask, micro_batch_size, max_tokens_per_forward)
+    if len(plan) == 1 and plan[0] == (list(range(B)), 0, S):  # one forward over the whole batch
+        return _score_rows(model, input_ids, attention_mask, score_mask, 1.0 / temperature, chunk_bytes)
+    parts, order = [], []
+    for rows, lo, hi in plan:
+        index = torch.tensor(rows, device=input_ids.device)
+        part = _score_rows(model, input_ids[index, lo:hi], attention_mask[index, lo:hi], score_mask[index, lo:hi],
+                           1.0 / temperature, chunk_bytes)  # (b, hi - lo)
+        parts.append(torch.nn.functional.pad(part, (lo, S - hi)))
+        order += rows
     out = torch.zeros(B, S, dtype=torch.float32, device=input_ids.device)
-    select = torch.zeros(B, S, dtype=torch.bool, device=input_ids.device)
-    select[:, 1:] = score_mask[:, 1:].bool()
-    # masked_scatter keeps the result connected to the graph (and works when nothing is scored).
-    return out.masked_scatter(select, flat.to(out.device))
+    if not parts:
+        return out
+    return out.index_copy(0, torch.tensor(order, device=input_ids.device), torch.cat(parts))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gym_llm_adapters.logprobs import _LinearTokenLogProb, token_logprobs
+from gym_llm_adapters.logprobs import _LinearTokenLogProb, _plan_forwards, token_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -55,22 +55,36 @@ def test_padding_side_and_micro_batches_do_not_change_values(model) -> None:
     with torch.inference_mode():
         right = token_logprobs(model, ids, attention, score)
         micro = token_logprobs(model, ids, attention, score, micro_batch_size=2)
+        bucketed = token_logprobs(model, ids, attention, score, max_tokens_per_forward=20)
         # The same episodes, left-padded: roll each row so the padding comes first.
         shifts = [int(k) for k in (attention == 0).sum(1)]
         left_ids, left_attn, left_score = (torch.stack([torch.roll(row, k, 0) for row, k in zip(t, shifts)])
                                            for t in (ids, attention, score))
         left_out = token_logprobs(model, left_ids, left_attn, left_score)
     assert left_attn[1, 0] == 0  # really left-padded
-    torch.testing.assert_close(micro, right)
+    torch.testing.assert_close(micro, right, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bucketed, right, rtol=1e-5, atol=1e-5)
     unrolled = torch.stack([torch.roll(row, -k, 0) for row, k in zip(left_out, shifts)])
     torch.testing.assert_close(unrolled, right, rtol=1e-5, atol=1e-5)
 
 
-def test_gradients_match_autograd_through_full_logits(model) -> None:
+def test_plan_trims_each_forward_to_its_rows() -> None:
+    attention = torch.zeros(5, 10, dtype=torch.long)
+    for row, (lo, hi) in enumerate([(0, 10), (0, 3), (0, 9), (4, 10), (0, 0)]):
+        attention[row, lo:hi] = 1
+    plan = _plan_forwards(attention, None, 20)
+    assert plan == [([0, 2], 0, 10), ([3, 1], 0, 10)]  # rows 3 (left-padded) and 1 span columns 0-10
+    assert _plan_forwards(attention, 1, None) == [([0], 0, 10), ([2], 0, 9), ([3], 4, 10), ([1], 0, 3)]
+    assert _plan_forwards(attention, None, None) == [([0, 2, 3, 1], 0, 10)]  # the empty row 4 is skipped
+
+
+@pytest.mark.parametrize("limits", [{}, {"max_tokens_per_forward": 24}], ids=["one-forward", "bucketed"])
+def test_gradients_match_autograd_through_full_logits(model, limits) -> None:
     ids, attention, score = right_padded_batch(seed=2)
     weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
     model.zero_grad()
-    (token_logprobs(model, ids, attention, score, temperature=0.8, chunk_bytes=512 * 4 * 5) * weights).sum().backward()
+    logprobs = token_logprobs(model, ids, attention, score, temperature=0.8, chunk_bytes=512 * 4 * 5, **limits)
+    (logprobs * weights).sum().backward()
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     (naive(model, ids, attention, score, 0.8) * weights).sum().backward()
@@ -118,11 +132,17 @@ def test_softcapped_head_takes_the_exact_fallback() -> None:
 
 def test_rejects_bad_masks(model) -> None:
     ids, attention, score = right_padded_batch()
-    with pytest.raises(ValueError, match=r"score_mask\[:, 0\] must be 0"):
-        token_logprobs(model, ids, attention, torch.ones_like(score))
+    with pytest.raises(ValueError, match="first real token"):
+        token_logprobs(model, ids, attention, attention.clone())
     with pytest.raises(ValueError, match="marks padding"):
         token_logprobs(model, ids, attention, torch.cat([score[:, :1], torch.ones_like(score[:, 1:])], 1))
     with pytest.raises(ValueError, match="score_mask must have input_ids' shape"):
         token_logprobs(model, ids, attention, score[:, :-1])
+    left = torch.zeros_like(attention)
+    left[:, 2:] = 1
+    scored_first = torch.zeros_like(score)
+    scored_first[:, 2] = 1
+    with pytest.raises(ValueError, match="first real token"):
+        token_logprobs(model, ids, left, scored_first)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         token_logprobs(model, ids, attention, score, temperature=0.0)
