@@ -35,15 +35,17 @@ def small_causal_lm(vocab_size: int, *, hidden_size: int = 256, num_layers: int 
     return model, path
 
 
-def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Right-padded episodes: ``prompt_tokens`` of prompt, then a completion of 25-100% of the rest."""
+def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int = 0,
+                  dense: bool = False) -> dict[str, torch.Tensor]:
+    """Right-padded episodes: ``prompt_tokens`` of prompt, then a completion of 25-100% of the rest (all of
+    it when ``dense``: no padding at all)."""
     rng = np.random.default_rng(seed)
     input_ids = torch.from_numpy(rng.integers(3, vocab_size, (B, S)))
     attention_mask = torch.zeros(B, S, dtype=torch.long)
     policy_mask = torch.zeros(B, S, dtype=torch.bool)
     room = S - prompt_tokens
     for b in range(B):
-        length = prompt_tokens + (room if b == 0 else int(rng.integers(room // 4, room + 1)))
+        length = prompt_tokens + (room if b == 0 or dense else int(rng.integers(room // 4, room + 1)))
         attention_mask[b, :length] = 1
         policy_mask[b, prompt_tokens:length] = True
         input_ids[b, length:] = 0

@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per episode (not scored)")
+    parser.add_argument("--dense", action="store_true", help="every episode fills the sequence: no padding")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096, help="token_logprobs max_tokens_per_forward (0 = None)")
     args = parser.parse_args()
@@ -79,7 +80,7 @@ def main() -> None:
     _, model_dir = small_causal_lm(args.vocab, seed=0, save=True)
     trainer = build_trainer(model_dir, args.batch, args.seq - args.prompt)
     model = trainer.model.train()
-    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab)
+    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
     x = shared_inputs(model, batch, args.prompt)
     mask, P = batch["policy_mask"], args.prompt
     num_items = mask.sum().float()

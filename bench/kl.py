@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per episode (not scored)")
+    parser.add_argument("--dense", action="store_true", help="every episode fills the sequence: no padding")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096,
                         help="ReferenceKLConfig.max_tokens_per_forward (0 = None: one forward)")
@@ -85,7 +86,7 @@ def main() -> None:
 
     ref_model, _ = small_causal_lm(args.vocab, seed=1)
     policy_model, _ = small_causal_lm(args.vocab, seed=0)
-    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab)
+    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
     with torch.inference_mode():
         engine = token_logprobs(policy_model, batch["input_ids"], batch["attention_mask"], batch["policy_mask"])
     del policy_model

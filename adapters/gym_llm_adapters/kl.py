@@ -194,7 +194,7 @@ class ReferenceKL:
         """``(B, S)`` reference log-probs of ``input_ids`` at ``policy_mask`` positions (0.0 elsewhere)."""
         config = self.config
         with torch.inference_mode():
-            return token_logprobs(
+            ref = token_logprobs(
                 self.model,
                 input_ids.to(self.device),
                 attention_mask.to(self.device),
@@ -204,6 +204,7 @@ class ReferenceKL:
                 max_tokens_per_forward=config.max_tokens_per_forward,
                 chunk_bytes=config.chunk_bytes,
             )
+        return ref.clone()  # a normal tensor (inference tensors cannot be modified in place later)
 
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, policy_mask: torch.Tensor,
                 logprobs: torch.Tensor, rewards: torch.Tensor) -> KLOutput:
@@ -214,7 +215,7 @@ class ReferenceKL:
                 raise ValueError(f"{name} must have shape {shape} to match input_ids; got {tuple(value.shape)}.")
         ref = self.ref_logprobs(input_ids, attention_mask, policy_mask)  # (B, S)
         mask = policy_mask.to(ref.device).bool()
-        with torch.inference_mode():
+        with torch.no_grad():
             kl = kl_estimate(logprobs.to(ref.device, torch.float32), ref, self.config.estimator, mask)  # (B, S)
             kl_per_sequence = kl.sum(-1)  # (B,)
             shaped = rewards.to(ref.device, torch.float32)
