@@ -135,6 +135,9 @@ def test_hand_computed_kl_and_aggregations() -> None:
     out = GRPOLoss(GRPOLossConfig(beta=0.5))(logp, mask=mask, advantages=zero, ref_logprobs=ref)
     assert out.loss.item() == pytest.approx(0.5 * (kl[0][0] + kl[0][1] + kl[1][0]) / 3)
     assert out.kl.item() == pytest.approx((kl[0][0] + kl[0][1] + kl[1][0]) / 3)
+    metrics = out.metrics()
+    assert metrics["grpo/kl"] == pytest.approx(out.kl.item()) and metrics["grpo/ratio_mean"] == pytest.approx(1.0)
+    assert "grpo/is_weight_mean" not in metrics and metrics["grpo/policy_loss"] == 0.0
     out = GRPOLoss(GRPOLossConfig(beta=0.5, aggregation="sequence_mean"))(
         logp, mask=mask, advantages=zero, ref_logprobs=ref)
     assert out.loss.item() == pytest.approx(0.5 * ((kl[0][0] + kl[0][1]) / 2 + kl[1][0]) / 2)

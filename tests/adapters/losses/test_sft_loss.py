@@ -61,6 +61,7 @@ def test_hand_values_and_gradient() -> None:
     torch.testing.assert_close(logp.grad, -mask.float() / 3)
     assert SFTLoss(SFTLossConfig(aggregation="sequence_mean"))(logp, mask=mask).loss.item() == pytest.approx(2.0)
     assert SFTLoss()(logp, mask=mask, num_items=6).loss.item() == pytest.approx(1.0)
+    assert out.metrics() == {"sft/loss": pytest.approx(2.0), "sft/nll": pytest.approx(2.0), "sft/num_tokens": 3.0}
 
 
 def test_from_batch_and_missing_reference() -> None:
