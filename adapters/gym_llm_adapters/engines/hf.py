@@ -225,8 +225,7 @@ class HFEngine(EngineBase):
     def _load_weights(self, items: list[tuple[str, Any]]) -> None:
         import torch
 
-        params = dict(self.model.named_parameters())
-        params.update(dict(self.model.named_buffers()))
+        params = self.model.state_dict(keep_vars=True)  # every name, tied aliases included
         unknown = [name for name, _ in items if name not in params]
         if unknown:
             raise ValueError(

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gym_llm_adapters.engines.base import EngineBase, SamplingConfig
+from gym_llm_adapters.engines.checkpoint import CheckpointSpec
 from gym_llm_adapters.types import Completion
 
 __all__ = ["VLLMServerEngine"]
@@ -81,6 +82,7 @@ class VLLMServerEngine(EngineBase):
         if tokenizer is None:
             tokenizer = _local_tokenizer(entry.get("root"), self.base_url)
         super().__init__(tokenizer, version=version)
+        self.checkpoint = CheckpointSpec.from_folder(entry.get("root"))
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir) if weights_dir is not None else Path(tempfile.mkdtemp(prefix="gym-llm-weights-"))
 
@@ -164,6 +166,7 @@ class VLLMServerEngine(EngineBase):
     def _load_weights(self, items: list[tuple[str, Any]]) -> None:
         from safetensors.torch import save_file
 
+        items = self.checkpoint.validate(items)  # vLLM's reload is not transactional: refuse bad updates first
         target = self.weights_dir / f"v{self._version + 1}"
         target.mkdir(parents=True, exist_ok=True)
         save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in items}, str(target / "model.safetensors"))

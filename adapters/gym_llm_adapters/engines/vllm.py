@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConfig
+from gym_llm_adapters.engines.checkpoint import CheckpointSpec
 from gym_llm_adapters.types import Completion
 
 __all__ = ["VLLMEngine"]
@@ -82,6 +83,8 @@ class VLLMEngine(EngineBase):
         self.llm = llm
         super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version)
         self._SamplingParams = vllm.SamplingParams
+        self.checkpoint = CheckpointSpec.from_folder(llm.model_config.model, packed_modules=_packed_modules(llm))
+        self._weights_broken: BaseException | None = None
 
     # ---------------------------------------------------------------------------- generation
     def _params(self, sampling: SamplingConfig, seed: int | None) -> Any:
@@ -101,6 +104,7 @@ class VLLMEngine(EngineBase):
         )
 
     def _generate_ids(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[Completion]:
+        self._check_weights()
         if sampling.seed is None:
             params: Any = self._params(sampling, None)
         else:  # prompt i gets seed + i*n; vLLM gives its j-th sample seed + i*n + j
@@ -126,6 +130,7 @@ class VLLMEngine(EngineBase):
         log-probs: vLLM does not apply sampling processors to prompt tokens.
         """
         self._check_open()
+        self._check_weights()
         ids = self.prompt_ids(sequences)
         params = self._SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, flat_logprobs=True)
         outputs = self.llm.generate([{"prompt_token_ids": p.tolist()} for p in ids], params, use_tqdm=False)
@@ -138,8 +143,27 @@ class VLLMEngine(EngineBase):
 
     # ------------------------------------------------------------------------------- weights
     def _load_weights(self, items: list[tuple[str, Any]]) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        items = self.checkpoint.validate(items)  # vLLM's reload is not transactional: refuse bad updates first
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        except BaseException as e:
+            self._weights_broken = e
+            raise RuntimeError(
+                f"vLLM's weight reload failed ({type(e).__name__}: {e}); the engine's weights are now undefined. "
+                "Load a full state dict to recover."
+            ) from e
         self.llm.reset_prefix_cache()
+        if self._weights_broken is not None:  # a full update repairs a failed one
+            full = self.checkpoint.shapes is None or {n for n, _ in items} >= set(self.checkpoint.shapes) - {"lm_head.weight"}
+            if full:
+                self._weights_broken = None
+
+    def _check_weights(self) -> None:
+        if self._weights_broken is not None:
+            raise RuntimeError(
+                f"A weight reload failed earlier ({self._weights_broken}); the weights are undefined. "
+                "Call load_weights with a full state dict first."
+            )
 
     def close(self) -> None:
         if not self._closed:
@@ -168,3 +192,14 @@ def _sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> np.ndarray:
             f"vLLM returned log-probs for {0 if logprobs is None else len(logprobs)} positions, expected {len(token_ids)}."
         )
     return np.asarray([position[int(t)].logprob for position, t in zip(logprobs, token_ids)], dtype=np.float32)
+
+
+def _packed_modules(llm: Any) -> dict[str, list[str]] | None:
+    """The model's fused-parameter table (``packed_modules_mapping``), read from the worker; None if unavailable."""
+    try:
+        mappings = llm.collective_rpc(
+            lambda worker: dict(getattr(worker.model_runner.get_model(), "packed_modules_mapping", {}) or {}))
+        return {k: list(v) for k, v in mappings[0].items()} or None
+    except Exception:  # older/other workers: fall back to the Llama/Qwen default table
+        logger.debug("could not read packed_modules_mapping from the vLLM worker", exc_info=True)
+        return None
