@@ -252,8 +252,10 @@ class EngineBase(abc.ABC):
         self.close()
 
     # -------------------------------------------------------------------------------- helpers
-    def _completion(self, prompt: np.ndarray, token_ids: Sequence[int], logprobs: Sequence[float], text: str,
-                    finish_reason: str) -> Completion:
+    def _completion(self, prompt: np.ndarray, token_ids: Sequence[int], logprobs: Sequence[float],
+                    finish_reason: str, sampling: SamplingConfig) -> Completion:
+        """A :class:`Completion`; its text is decoded here (specials skipped, cut at a stop string), the same
+        way for every engine, so equal ids always give equal text."""
         ids = np.asarray(token_ids, dtype=np.int64)
         lps = np.asarray(logprobs, dtype=np.float32)
         if len(ids) != len(lps):
@@ -263,6 +265,9 @@ class EngineBase(abc.ABC):
             )
         if finish_reason not in ("stop", "length"):
             raise RuntimeError(f"{type(self).__name__}: generation ended with finish_reason={finish_reason!r}.")
+        text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True) if self.tokenizer is not None else ""
+        if sampling.stop:
+            text, _ = cut_at_stop(text, sampling.stop, sampling.include_stop_str_in_output)
         return Completion(prompt_ids=prompt, token_ids=ids, logprobs=lps, text=text,
                           finish_reason=finish_reason, version=self._version)
 

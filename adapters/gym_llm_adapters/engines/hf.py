@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConfig, cut_at_stop
+from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConfig
 from gym_llm_adapters.types import Completion
 
 __all__ = ["HFEngine"]
@@ -142,7 +142,7 @@ class HFEngine(EngineBase):
                 positions = positions[:, -1:] + 1
                 logits = self.model(input_ids=token[:, None], attention_mask=attention, position_ids=positions,
                                     past_key_values=cache, use_cache=True).logits[:, -1]
-        return [self._finish(prompts[b], tokens[b], logps[b], reasons[b], sampling) for b in range(B)]
+        return [self._completion(prompts[b], tokens[b], logps[b], reasons[b], sampling) for b in range(B)]
 
     def _sample(self, logits: Any, sampling: SamplingConfig, generator: Any) -> tuple[Any, Any]:
         """One token per row and its log-prob: ``(b,)`` ids and ``(b,)`` float32 log-probs."""
@@ -173,13 +173,6 @@ class HFEngine(EngineBase):
         window = _STOP_TAIL_TOKENS_PER_CHAR * max(len(s) for s in stop) + 1
         tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=True)
         return any(s in tail for s in stop)
-
-    def _finish(self, prompt: np.ndarray, tokens: list[int], logps: list[float], reason: str,
-                sampling: SamplingConfig) -> Completion:
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        if sampling.stop:
-            text, _ = cut_at_stop(text, sampling.stop, sampling.include_stop_str_in_output)
-        return self._completion(prompt, tokens, logps, text, reason)
 
     # ------------------------------------------------------------------------ teacher forcing
     def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:

@@ -138,7 +138,7 @@ class VLLMServerEngine(EngineBase):
                 if choice.get("token_ids") is None or choice.get("logprobs") is None:
                     raise RuntimeError("The server returned no token_ids/logprobs; it must be vLLM >= 0.10 (return_token_ids).")
                 out.append(self._completion(prompts[i], choice["token_ids"], choice["logprobs"]["token_logprobs"],
-                                            choice["text"], choice["finish_reason"]))
+                                            choice["finish_reason"], sampling))
             return out
 
         return [c for group in self._pool.map(one, range(len(prompts))) for c in group]

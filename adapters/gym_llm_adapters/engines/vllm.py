@@ -101,6 +101,7 @@ class VLLMEngine(EngineBase):
             include_stop_str_in_output=sampling.include_stop_str_in_output,
             logprobs=0,  # the sampled token's log-prob at every position (the first included)
             flat_logprobs=True,
+            detokenize=bool(sampling.stop),  # only stop strings need vLLM's text; ours is decoded from the ids
         )
 
     def _generate_ids(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[Completion]:
@@ -118,7 +119,7 @@ class VLLMEngine(EngineBase):
             for sample in output.outputs:
                 completions.append(self._completion(
                     prompt, sample.token_ids, _sampled_logprobs(sample.logprobs, sample.token_ids),
-                    sample.text, sample.finish_reason,
+                    sample.finish_reason, sampling,
                 ))
         return completions
 
