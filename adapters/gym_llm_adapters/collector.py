@@ -209,7 +209,7 @@ class Collector:
                     "The collector needs an autoresetting vector env; this one has autoreset_mode=DISABLED. Make it "
                     "with autoreset_mode='SameStep' (gym_llm's default) or 'NextStep'."
                 )
-            group_size = int(getattr(env, "group_size", 1))
+            group_size = int(getattr(env, "group_size", None) or getattr(env.unwrapped, "group_size", 1))
             action_length = _action_length(env, mode)
             if mode == "tokens" and self.sampling.max_tokens > action_length:
                 raise ValueError(

@@ -25,6 +25,7 @@ from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 __all__ = ["EpisodeBuilder", "GroupBuffer", "info_at", "scalar_info"]
 
 logger = logging.getLogger(__name__)
+_warned_drift = False  # the text-mode drift warning is logged once per process
 
 
 def info_at(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -100,7 +101,9 @@ class EpisodeBuilder:
         if len(prompt_ids) >= n and np.array_equal(prompt_ids[:n], self._ids[:n]):
             self._append(prompt_ids[n:], 0, None)
             return
-        if self.token_exact:
+        global _warned_drift
+        if self.token_exact and not _warned_drift:
+            _warned_drift = True
             logger.warning(
                 "Sub-env %d: the observation does not extend the token sequence (text mode re-tokenises the "
                 "conversation); the trajectory restarts from this observation with earlier turns as context. "
