@@ -149,17 +149,7 @@ class Collector:
         record_prompt_text: bool = True,
     ):
         env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
-        if not env_list or not all(isinstance(e, VectorEnv) for e in env_list):
-            raise TypeError("envs must be a gymnasium VectorEnv or a non-empty list of them (gym.make_vec(...)).")
-        if not isinstance(sampling, SamplingConfig):
-            raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
-        if sampling.n != 1:
-            raise ValueError(
-                f"The collector samples one completion per sub-env (sampling.n=1), got n={sampling.n}; for GRPO "
-                "groups make the env with group_size=G (gym.make_vec(id, num_envs=N, group_size=G))."
-            )
-        if (episodes_per_batch is None) == (steps_per_batch is None):
-            raise ValueError("Give exactly one of episodes_per_batch= (episodes mode) or steps_per_batch= (steps mode).")
+        _check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
         self.engine = engine
         self.sampling = sampling
         self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
@@ -243,6 +233,7 @@ class Collector:
         self._steps = []
         self._broken = None
         self._started = True
+        self._calls = self._turn = 0  # the same seed gives the same rollouts
 
     # ---------------------------------------------------------------------------- batches
     def __iter__(self) -> Iterator[list[Trajectory] | list[StepRecord]]:
@@ -269,6 +260,7 @@ class Collector:
             if self.writer is not None:
                 self.writer.write(batch)
             self.stats.batches += 1
+            self._tick(len(batch))
             return batch
         finally:
             self.stats.wall_s += time.perf_counter() - start
@@ -386,7 +378,6 @@ class Collector:
             self.stats.generated_tokens += len(completion.token_ids)
             if self.mode == "steps":
                 self._steps.append(record)
-                self._tick(1)
             if not done:
                 self._observe(shard, i, obs_i)
                 continue
@@ -395,7 +386,6 @@ class Collector:
             self.stats.episodes += 1
             if self.mode == "episodes":
                 self._groups.add(trajectory)
-                self._tick(1)
             if same_step:
                 self._start_episode(shard, i, obs_i, info_i)
             else:
@@ -449,6 +439,20 @@ class Collector:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_settings(envs: list[Any], sampling: Any, episodes_per_batch: int | None, steps_per_batch: int | None) -> None:
+    if not envs or not all(isinstance(e, VectorEnv) for e in envs):
+        raise TypeError("envs must be a gymnasium VectorEnv or a non-empty list of them (gym.make_vec(...)).")
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
+    if sampling.n != 1:
+        raise ValueError(
+            f"The collector samples one completion per sub-env (sampling.n=1), got n={sampling.n}; for GRPO "
+            "groups make the env with group_size=G (gym.make_vec(id, num_envs=N, group_size=G))."
+        )
+    if (episodes_per_batch is None) == (steps_per_batch is None):
+        raise ValueError("Give exactly one of episodes_per_batch= (episodes mode) or steps_per_batch= (steps mode).")
 
 
 def _env_mode(env: VectorEnv) -> Literal["text", "tokens"]:

@@ -256,12 +256,15 @@ def test_disabled_autoreset_is_refused(tiny_tok, hf_engine):
         Collector(env, hf_engine, SAMPLING, episodes_per_batch=2)
 
 
-def test_progress_bar_and_metrics(tiny_tok, hf_engine):
+def test_progress_bar_metrics_and_reset(tiny_tok, hf_engine):
     collector = Collector(chat_env(tiny_tok), hf_engine, SAMPLING, episodes_per_batch=2, progress=True, max_batches=2)
     assert len(list(collector)) == 2
-    assert collector._bar.n == collector.stats.episodes
+    assert collector._bar.n == 4  # episodes handed out
     metrics = collector.stats.as_dict()
     assert metrics["collector/batches"] == 2 and metrics["collector/tokens_per_s"] > 0
+    collector.reset(seed=5)  # same seed, same rollouts as a new collector
+    again = Collector(chat_env(tiny_tok), hf_engine, SAMPLING, episodes_per_batch=2, seed=5).next_batch()
+    assert [t.token_ids.tolist() for t in collector.next_batch()] == [t.token_ids.tolist() for t in again]
     collector.close()
 
 
