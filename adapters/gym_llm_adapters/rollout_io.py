@@ -190,17 +190,25 @@ def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
             yield record_from_dict(row)
 
 
-def _drop_partial_line(path: Path) -> None:
+def _drop_partial_line(path: Path, chunk_bytes: int = 1 << 16) -> None:
     """Cut a trailing partial line (from a crash mid-write) so appends start on a line boundary."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
-        f.seek(-1, os.SEEK_END)
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size - 1)
         if f.read(1) == b"\n":
             return
-        data = f.seek(0) or f.read()
-        keep = data.rfind(b"\n") + 1
-        logger.warning("%s ended with a partial record; cutting %d bytes before appending.", path, len(data) - keep)
+        keep, end = 0, size
+        while end > 0:  # scan backwards for the last newline
+            start = max(0, end - chunk_bytes)
+            f.seek(start)
+            at = f.read(end - start).rfind(b"\n")
+            if at != -1:
+                keep = start + at + 1
+                break
+            end = start
+        logger.warning("%s ended with a partial record; cutting %d bytes before appending.", path, size - keep)
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())

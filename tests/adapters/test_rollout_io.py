@@ -70,3 +70,15 @@ def test_bad_paths_and_records(tmp_path):
         RolloutWriter(tmp_path / "r.txt")
     with RolloutWriter(tmp_path / "r.jsonl") as writer, pytest.raises(TypeError, match="Only Trajectory and StepRecord"):
         writer.write([{"kind": "step"}])
+
+
+def test_partial_line_scan_crosses_chunks(tmp_path):
+    from gym_llm_adapters.rollout_io import _drop_partial_line
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"aaaa\nbbbbbbbbbb\ncccccccc")
+    _drop_partial_line(path, chunk_bytes=3)
+    assert path.read_bytes() == b"aaaa\nbbbbbbbbbb\n"
+    path.write_bytes(b"no newline at all")
+    _drop_partial_line(path, chunk_bytes=4)
+    assert path.read_bytes() == b""

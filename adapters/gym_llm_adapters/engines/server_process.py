@@ -69,8 +69,10 @@ class VLLMServer:
         self.env = dict(env or {})
         self.dev_mode = dev_mode
         self.startup_timeout_s = float(startup_timeout_s)
-        self.log_path = Path(log_path) if log_path is not None else Path(
-            tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
+            os.close(fd)
+        self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
 
     @property
