@@ -156,6 +156,54 @@ def test_overlapped_shards_equal_sequential_collection(tiny_tok, hf_engine):
         assert [(t.group_id, t.round, t.token_ids.tolist()) for t in a] == [(t.group_id, t.round, t.token_ids.tolist()) for t in b]
 
 
+class StepWaitsForRelease(gym.vector.VectorWrapper):
+    """An env whose step signals that it runs, then waits (up to 5 s) for the engine to release it."""
+
+    def __init__(self, env, step_running, release):
+        super().__init__(env)
+        self.step_running, self.release = step_running, release
+
+    def step(self, actions):
+        self.step_running.set()
+        self.release.wait(timeout=5)
+        self.release.clear()
+        return self.env.step(actions)
+
+
+class OverlapProbeEngine(HFEngine):
+    """The real transformers engine, counting the calls made while the first shard's step was running."""
+
+    def __init__(self, base, step_running, release):
+        super().__init__(base.model, tokenizer=base.tokenizer)
+        self.step_running, self.release = step_running, release
+        self.collector, self.calls, self.overlapped = None, 0, 0
+
+    def generate(self, prompts, sampling):
+        self.calls += 1
+        future = self.collector._shards[0].future
+        pending = future is not None and not future.done()
+        if pending:
+            assert self.step_running.wait(timeout=60)  # the submitted step has started
+            self.step_running.clear()
+        out = super().generate(prompts, sampling)
+        if pending:
+            self.overlapped += not future.done()  # the step was still running while we generated
+            self.release.set()
+        return out
+
+
+def test_overlap_generates_while_an_env_steps(tiny_tok, hf_engine):
+    import threading
+
+    step_running, release = threading.Event(), threading.Event()
+    engine = OverlapProbeEngine(hf_engine, step_running, release)
+    envs = [StepWaitsForRelease(chat_env(tiny_tok, num_envs=2), step_running, release), chat_env(tiny_tok, num_envs=2)]
+    with Collector(envs, engine, SAMPLING, steps_per_batch=16, seed=0, overlap=True) as collector:
+        engine.collector = collector
+        assert len(collector.next_batch()) == 16
+    assert engine.calls >= 8 and engine.overlapped >= engine.calls // 2 - 1  # every second-shard call overlapped
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_writer_round_trips_every_batch(tmp_path, tiny_tok, hf_engine, suffix):
     path = tmp_path / f"rollouts{suffix}"
