@@ -4,12 +4,13 @@ For each engine (transformers, in-process vLLM): a fresh ``Collector`` drives ``
 mode, N sub-envs, GRPO groups) for B batches; then the raw engine's ``generate`` runs on exactly the
 prompts the collector sampled, with the same sampling settings and seeds. ``ignore_eos`` fixes every
 completion at ``max_tokens`` so both sides generate the same number of tokens. Each side is timed
-``--repeats`` times, alternating; the medians are compared.
+``--repeats`` times, alternating which side goes first; the ratio is the median of the per-repeat
+ratios.
 
     python bench/collector.py                      # both engines, tiny model
     python bench/collector.py --engines vllm --num-envs 128 --max-tokens 128
 
-Prints collector tokens/s, raw tokens/s and their ratio (target >= 0.95), and the share of the
+Prints median collector tokens/s, raw tokens/s, their ratio (target >= 0.95), and the share of the
 collector's wall time spent outside ``engine.generate`` (env steps, tokenisation, records): a
 noise-robust view of the collector's own cost when the machine is shared.
 """
@@ -72,21 +73,27 @@ def run_raw(engine, calls, sampling, seed, stride):
     return tokens / (time.perf_counter() - start)
 
 
-def bench(kind: str, args, model: Path) -> tuple[float, float, float]:
+def bench(kind: str, args, model: Path) -> tuple[float, float, float, float]:
     engine = make_engine(kind, model)
     sampling = SamplingConfig(max_tokens=args.max_tokens, temperature=1.0, ignore_eos=True)
     _, warm_calls, _ = run_collector(engine, args, sampling, seed=0)  # warm-up (kernels, caches)
     run_raw(engine, warm_calls, sampling, 0, args.num_envs)
     ours, raw, outside = [], [], []
-    for repeat in range(args.repeats):
-        rate, calls, stats = run_collector(engine, args, sampling, seed=repeat)
+    for repeat in range(args.repeats):  # alternate which side runs first, so drifting load hits both
+        if repeat % 2:
+            calls = run_collector(engine, args, sampling, seed=repeat)[1]  # same prompts; raw timed first
+            raw.append(run_raw(engine, calls, sampling, repeat, args.num_envs))
+            rate, _, stats = run_collector(engine, args, sampling, seed=repeat)
+        else:
+            rate, calls, stats = run_collector(engine, args, sampling, seed=repeat)
+            raw.append(run_raw(engine, calls, sampling, repeat, args.num_envs))
         ours.append(rate)
-        raw.append(run_raw(engine, calls, sampling, repeat, args.num_envs))
         outside.append(1.0 - stats.generate_s / stats.wall_s)
         print(f"  [{kind}] repeat {repeat}: collector {rate:8.0f} tok/s   raw {raw[-1]:8.0f} tok/s   "
               f"(generate {stats.generate_s:.2f}s, env {stats.env_s:.2f}s, wall {stats.wall_s:.2f}s)", flush=True)
     engine.close()
-    return statistics.median(ours), statistics.median(raw), statistics.median(outside)
+    ratios = [a / b for a, b in zip(ours, raw)]
+    return statistics.median(ours), statistics.median(raw), statistics.median(ratios), statistics.median(outside)
 
 
 def main() -> None:
@@ -117,8 +124,8 @@ def main() -> None:
         rows.append((kind, *bench(kind.strip(), args, model)))
     print("\n| engine | collector tok/s | raw generate tok/s | ratio (target >= 0.95) | collector time outside generate |")
     print("|---|---|---|---|---|")
-    for kind, ours, raw, outside in rows:
-        print(f"| {kind} | {ours:.0f} | {raw:.0f} | {ours / raw:.3f} | {100 * outside:.1f}% |")
+    for kind, ours, raw, ratio, outside in rows:
+        print(f"| {kind} | {ours:.0f} | {raw:.0f} | {ratio:.3f} | {100 * outside:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -116,8 +116,10 @@ class RolloutWriter:
             _drop_partial_line(self.path)
             self._file = open(self.path, "ab")
         else:
-            import pyarrow  # noqa: F401  (fail early with the install hint below if missing)
-
+            try:
+                import pyarrow.parquet  # noqa: F401  (fail at construction, not at the first batch)
+            except ImportError as e:
+                raise ImportError("Parquet rollouts need pyarrow: pip install 'gym-llm[rollouts]' (or use a .jsonl path).") from e
             self.path.mkdir(parents=True, exist_ok=True)
             self._file = None
             self._next_part = 1 + max((int(p.stem.split("-")[1]) for p in self.path.glob("part-*.parquet")), default=-1)
