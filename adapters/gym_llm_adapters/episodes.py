@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -159,23 +159,55 @@ class EpisodeBuilder:
 
 
 class GroupBuffer:
-    """Finished trajectories, released a whole group (all ``group_size`` members of a round) at a time."""
+    """Finished trajectories, released a whole GRPO group (all ``group_size`` members of a round) at a time.
 
-    def __init__(self, group_size: int):
+    Multi-turn and async collection finish episodes out of order and can split a group across
+    batches; GRPO needs whole groups. :meth:`add` returns the groups the new trajectories complete
+    (members ordered by sub-env index) and also queues them, so a consumer may either use the return
+    value or drain the queue with :meth:`pop` (the collector does the latter).
+
+    Args:
+        group_size: episodes per group (the env's ``group_size``), >= 1.
+        max_pending_groups: raise ``RuntimeError`` when more incomplete groups than this are waiting (a
+            sign that group members are being lost upstream); None = unbounded.
+        queue: keep completed groups for :meth:`pop` (set False when only the return value is used).
+    """
+
+    def __init__(self, group_size: int, *, max_pending_groups: int | None = None, queue: bool = True):
+        if int(group_size) < 1:
+            raise ValueError(f"group_size must be >= 1; got {group_size}.")
         self.group_size = int(group_size)
+        self.max_pending_groups = max_pending_groups
+        self._queue = queue
         self._open: dict[tuple[int, int], list[Trajectory]] = {}
         self._ready: deque[list[Trajectory]] = deque()
         self.num_ready = 0
 
-    def add(self, trajectory: Trajectory) -> None:
-        key = (trajectory.group_id, trajectory.round)
-        members = self._open.setdefault(key, [])
-        members.append(trajectory)
-        if len(members) == self.group_size:
-            del self._open[key]
-            members.sort(key=lambda t: t.env_index)
-            self._ready.append(members)
-            self.num_ready += len(members)
+    def __len__(self) -> int:
+        """Trajectories waiting for the rest of their group."""
+        return self.num_open
+
+    def add(self, trajectories: Trajectory | Iterable[Trajectory]) -> list[list[Trajectory]]:
+        """Buffer one trajectory or many; return the groups they complete, oldest first."""
+        batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
+        done: list[list[Trajectory]] = []
+        for trajectory in batch:
+            key = (int(trajectory.group_id), int(trajectory.round))
+            members = self._open.setdefault(key, [])
+            members.append(trajectory)
+            if len(members) == self.group_size:
+                del self._open[key]
+                members.sort(key=lambda t: t.env_index)
+                done.append(members)
+        if self.max_pending_groups is not None and len(self._open) > self.max_pending_groups:
+            raise RuntimeError(
+                f"{len(self._open)} incomplete groups are pending (max_pending_groups={self.max_pending_groups}); "
+                "episodes of those groups were probably dropped upstream."
+            )
+        if self._queue:
+            self._ready.extend(done)
+            self.num_ready += sum(len(g) for g in done)
+        return done
 
     def pop(self, num_episodes: int) -> list[Trajectory]:
         """``num_episodes`` trajectories (whole groups, oldest first); needs ``num_ready >= num_episodes``."""

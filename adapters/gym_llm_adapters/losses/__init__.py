@@ -7,10 +7,10 @@
 * :class:`TopKRewardSelector` — keeps the best k episodes of each group.
 """
 
+from gym_llm_adapters.episodes import GroupBuffer  # one implementation, shared with the collector
 from gym_llm_adapters.losses._common import Aggregation, aggregate
 from gym_llm_adapters.losses.advantages import (
     AdvantageConfig,
-    GroupBuffer,
     MCAdvantage,
     group_advantages,
     group_keys,

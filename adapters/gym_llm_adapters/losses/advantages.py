@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from gym_llm_adapters.types import RolloutBatch, Trajectory
+from gym_llm_adapters.types import RolloutBatch
 
-__all__ = ["AdvantageConfig", "group_advantages", "group_keys", "select_rows", "MCAdvantage", "GroupBuffer"]
+__all__ = ["AdvantageConfig", "group_advantages", "group_keys", "select_rows", "MCAdvantage"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,43 +163,3 @@ class MCAdvantage:
                 logger.debug("dropped %d of %d episodes in constant-reward groups", len(batch) - len(keep), len(batch))
             out = select_rows(out, keep)
         return out
-
-
-class GroupBuffer:
-    """Holds episodes until their group ``(group_id, round)`` has ``group_size`` of them, then releases it.
-
-    Collectors that finish episodes out of order (multi-turn, async) can split a group across batches;
-    GRPO needs whole groups. ``add`` returns the groups completed by the new episodes, oldest first.
-
-    Args:
-        group_size: episodes per group (the env's ``group_size``). Must be >= 1.
-        max_pending_groups: raise if more groups than this are waiting (a sign that group members get lost);
-            None = unbounded.
-    """
-
-    def __init__(self, group_size: int, *, max_pending_groups: int | None = None) -> None:
-        if group_size < 1:
-            raise ValueError(f"group_size must be >= 1; got {group_size}.")
-        self.group_size = group_size
-        self.max_pending_groups = max_pending_groups
-        self._pending: OrderedDict[tuple[int, int], list[Trajectory]] = OrderedDict()
-
-    def __len__(self) -> int:
-        """Episodes waiting for their group to complete."""
-        return sum(len(v) for v in self._pending.values())
-
-    def add(self, trajectories: Iterable[Trajectory]) -> list[list[Trajectory]]:
-        """Buffer ``trajectories``; return every group that is now complete (each a list of ``group_size``)."""
-        done: list[list[Trajectory]] = []
-        for trajectory in trajectories:
-            key = (int(trajectory.group_id), int(trajectory.round))
-            members = self._pending.setdefault(key, [])
-            members.append(trajectory)
-            if len(members) == self.group_size:
-                done.append(self._pending.pop(key))
-        if self.max_pending_groups is not None and len(self._pending) > self.max_pending_groups:
-            raise RuntimeError(
-                f"{len(self._pending)} incomplete groups are pending (max_pending_groups={self.max_pending_groups}); "
-                "episodes of those groups were probably dropped upstream."
-            )
-        return done
