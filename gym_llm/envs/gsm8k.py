@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.envs.chat import call_reward
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
@@ -90,10 +91,14 @@ def _generate_gsm_symbolic(size: int, seed: int) -> list[dict[str, Any]]:
 
 
 class GSM8KHandler:
-    """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it ends in ``#### N``."""
+    """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it states
+    ``#### N``, plus ``reward_fn(task, messages)`` (a shaping hook, e.g. a length penalty) if given."""
 
-    def __init__(self, format_reward: float = 0.0):
+    def __init__(self, format_reward: float = 0.0, reward_fn: Any = None):
+        if reward_fn is not None and not callable(reward_fn):
+            raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
         self.format_reward = float(format_reward)
+        self.reward_fn = reward_fn
 
     def respond(self, episode: ChatEpisode, reply: Message) -> Response:
         result = grade(reply.content, episode.task.answer)
@@ -104,6 +109,10 @@ class GSM8KHandler:
             "extracted_answer": result.extracted if result.extracted is not None else "",
             "reference_answer": result.reference,
         }
+        if self.reward_fn is not None:
+            shaping, extra = call_reward(self.reward_fn, episode.task, (*episode.messages, reply))
+            reward += shaping
+            info.update(extra)
         return Response(reward, True, (), info)
 
 
@@ -119,6 +128,7 @@ def build_gsm8k_core(
     generator_seed: int = 0,
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
     format_reward: float = 0.0,
+    reward_fn: Any = None,
     task_order: TaskOrder = "shuffle",
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
@@ -130,7 +140,7 @@ def build_gsm8k_core(
         generator_seed=generator_seed, prompt_template=prompt_template,
     )
     config = ChatConfig(**chat_kwargs)
-    handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward), tools,
+    handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward, reward_fn), tools,
                                                    max_turns=config.max_turns,
                                                    max_calls_per_turn=max_tool_calls_per_turn)
     try:
@@ -172,6 +182,7 @@ class LLMGSM8KEnv(LLMEnv):
     | final answer equals the reference | 1.0 |
     | otherwise | 0.0 |
     | plus, if the reply states ``#### N`` | ``format_reward`` (default 0.0) |
+    | plus, if given | ``reward_fn(task, messages)`` (shaping; its info dict is merged into ``info``) |
 
     ``info``: ``correct``, ``formatted``, ``extracted_answer``, ``reference_answer``.
 
