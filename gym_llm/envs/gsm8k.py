@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.envs.chat import call_reward
 from gym_llm.core.env import LLMEnv
+from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, load_records
-from gym_llm.tools.handler import with_tools
 
 __all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "DEFAULT_GSM8K_PROMPT"]
 
@@ -139,26 +139,8 @@ def build_gsm8k_core(
         dataset_config=dataset_config, split=split, num_generated=num_generated,
         generator_seed=generator_seed, prompt_template=prompt_template,
     )
-    config = ChatConfig(**chat_kwargs)
-    handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward, reward_fn), tools,
-                                                   max_turns=config.max_turns,
-                                                   max_calls_per_turn=max_tool_calls_per_turn)
-    try:
-        core = ChatCore(config, handler, tools=tool_schemas)
-    except BaseException:
-        if stop_tools is not None:
-            stop_tools()
-        raise
-    return EnvCore(
-        tasks=task_list,
-        new_episode=core.new_episode,
-        observation_space=core.observation_space,
-        action_space=core.action_space,
-        task_order=task_order,
-        parallel_respond=stop_tools is not None,
-        on_close=stop_tools,
-        extra={"chat": core},
-    )
+    return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn), ChatConfig(**chat_kwargs),
+                         task_order=task_order, tools=tools, max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 
 class LLMGSM8KEnv(LLMEnv):
