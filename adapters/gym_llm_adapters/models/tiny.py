@@ -36,7 +36,7 @@ def tiny_model_dir(
             f"hidden_size/num_heads = {hidden_size}/{num_heads} must be a head size vLLM's CPU kernel supports "
             "(32, 64, 80, 96, 112, 128, 256)."
         )
-    name = f"tiny-{tokenizer}-s{seed}-h{hidden_size}-l{num_layers}-a{num_heads}-kv{num_kv_heads}-i{intermediate_size}-std{head_std}"
+    name = f"tiny2-{tokenizer}-s{seed}-h{hidden_size}-l{num_layers}-a{num_heads}-kv{num_kv_heads}-i{intermediate_size}-std{head_std}"
     path = Path(target) if target is not None else cache_dir() / "models" / name
     if (path / "model.safetensors").exists():
         return path

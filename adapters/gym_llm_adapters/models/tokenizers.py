@@ -94,13 +94,19 @@ def _tiny_corpus() -> list[str]:
 
 def tiny_tokenizer(*, vocab_size: int = 512, pad_equals_eos: bool = True):
     """A byte-level BPE with ``vocab_size`` ids (ChatML specials included), trained on built-in text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    target = cache_dir() / f"tiny-tokenizer-{vocab_size}"
+    # v2: Qwen2's normalizer and pre-tokenizer, so that AutoTokenizer — which loads a Qwen2-architecture
+    # checkpoint's tokenizer as Qwen2Tokenizer and rebuilds that pipeline — encodes exactly the same ids.
+    target = cache_dir() / f"tiny-tokenizer-v2-{vocab_size}"
     if not (target / "tokenizer.json").exists():
         backend = Tokenizer(models.BPE())
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
         backend.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
