@@ -133,8 +133,9 @@ def _one_of(args: Mapping[str, Any], a: str, b: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ views
-def clip(header: str, body: str, offset: int, limit: int, read_name: str) -> tuple[str, bool]:
-    """``header`` + the part of ``body`` from ``offset`` that fits in ``limit`` characters, with markers."""
+def clip(header: str, body: str, offset: int, limit: int, read_name: str, view: str | None = None) -> tuple[str, bool]:
+    """``header`` + the part of ``body`` from ``offset`` that fits in ``limit`` characters, with markers; the
+    marker names the ``read`` arguments that show the rest (``view``: the read format, if not the default)."""
     if offset and offset >= len(body):
         return header + f"[offset {offset} is past the end: the page has {len(body)} characters.]", False
     budget = max(limit - len(header), 200)
@@ -142,28 +143,31 @@ def clip(header: str, body: str, offset: int, limit: int, read_name: str) -> tup
     rest = len(body) - offset - len(part)
     text = header + (f"[... {offset} characters before this skipped ...]\n" if offset else "") + part
     if rest > 0:
-        text += (f"\n[... {rest} more characters not shown; call {read_name} with "
-                 f'{{"offset": {offset + len(part)}}} to read on ...]')
+        arguments = f'{{"format": "{view}", "offset": {offset + len(part)}}}' if view else f'{{"offset": {offset + len(part)}}}'
+        text += f"\n[... {rest} more characters not shown; call {read_name} with {arguments} to read on ...]"
     return text, rest > 0
 
 
 async def page_view(tab: Tab, view: str, offset: int = 0) -> tuple[str, bool]:
     """The current page as a tool message: notes, URL, title, then the snapshot or text."""
-    for attempt in range(2):  # a navigation may land between the action and the read
+    for attempt in range(3):  # a navigation may land, or a popup open, while the page is read
         page = tab.page
         try:
             await page.wait_for_load_state("load")
             body = await (_snapshot(page) if view == "snapshot" else page.inner_text("body"))
             title = await page.title()
-            break
         except PlaywrightError as e:
-            if attempt or not any(s in str(e) for s in _NAVIGATION_RACE):
+            if attempt == 2 or not any(s in str(e) for s in _NAVIGATION_RACE):
                 raise
+            continue
+        if page is tab.page:
+            break
     if page.url.startswith("chrome-error://"):
         header = f"{tab.take_notes()}The page could not be loaded (blocked or unreachable).\n"
         return header, False
     header = f"{tab.take_notes()}URL: {page.url}\nTitle: {title}\n\n"
-    return clip(header, body.strip(), offset, tab.config.max_output_chars, tab.read_name)
+    return clip(header, body.strip(), offset, tab.config.max_output_chars, tab.read_name,
+                view if view != "text" else None)
 
 
 async def _snapshot(page: Page) -> str:

@@ -141,10 +141,16 @@ class BrowserRuntime:
             await websocket.close(code=1008, reason="blocked by the allow-list")
 
     async def recover(self, tab: Any) -> str:
-        """After a timeout: keep the page if it still answers, else replace it (cookies are kept)."""
+        """After a timeout: keep the page if it answers; else stop what it is loading (blank page); else,
+        if its renderer hangs, replace it by a fresh page. Cookies are kept. Returns a note for the model."""
         try:
-            await asyncio.wait_for(tab.page.evaluate("1"), 2.0)
+            await asyncio.wait_for(tab.page.evaluate("1"), 1.0)
             return ""
+        except Exception:
+            pass
+        try:  # a slow navigation: cancel it
+            await asyncio.wait_for(tab.page.goto("about:blank"), 2.0)
+            return "The page was still loading and was stopped; a blank page is open now (cookies are kept)."
         except Exception:
             pass
         old = tab.page
@@ -157,11 +163,15 @@ class BrowserRuntime:
             return ""
         finally:
             tab.opening_page = False
+        asyncio.ensure_future(self._close_page(old))  # a hung renderer may take a while to die: do not wait
+        return "The page stopped responding and was closed; a blank page is open now (cookies are kept)."
+
+    @staticmethod
+    async def _close_page(page: Any) -> None:
         try:
-            await asyncio.wait_for(old.close(run_before_unload=False), 5.0)
+            await asyncio.wait_for(page.close(run_before_unload=False), 10.0)
         except Exception as e:
             logger.debug("closing a hung page failed: %r", e)
-        return "The page stopped responding and was closed; a blank page is open now (cookies are kept)."
 
     async def close_tab(self, tab: Any) -> None:
         self._tabs.pop(id(tab), None)
