@@ -246,6 +246,30 @@ def test_launch_is_lazy_and_detach_stops_chromium(site):
         act(session, "read")
 
 
+def test_detach_ends_the_driver_even_when_a_forked_child_holds_its_pipe(site):
+    tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}"])
+    tool.attach()
+    session = tool.open_session()
+    assert act(session, "navigate", url=site.origin + "/second").status == "ok"
+    driver = tool.runtime.driver_pid
+    assert isinstance(driver, int) and Path(f"/proc/{driver}").exists()
+    child = os.fork()
+    if child == 0:  # holds every inherited descriptor, the driver's stdin among them, until killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        session.close()
+        tool.detach()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{driver}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        status = (Path(f"/proc/{driver}/stat").read_text().split()[2] if Path(f"/proc/{driver}").exists() else "gone")
+        assert status in ("gone", "Z"), status  # exited (a zombie until asyncio reaps it at most)
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
+
 def test_pickled_tool_is_detached_and_keeps_its_settings(tool):
     copy = pickle.loads(pickle.dumps(tool))
     assert copy.config == tool.config and copy.names == tool.names

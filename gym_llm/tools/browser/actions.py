@@ -39,6 +39,15 @@ _LINKS_JS = """(max) => {
 }"""
 
 
+_OPENS_NEW_TAB_JS = """(e) => {
+  const owner = e.closest('a[href], area[href], form') || (e.form || null);
+  if (!owner) return false;
+  const base = document.querySelector('base[target]');
+  const target = (owner.getAttribute('target') || (base && base.getAttribute('target')) || '').toLowerCase();
+  return !['', '_self', '_parent', '_top'].includes(target);
+}"""
+
+
 class ActionError(Exception):
     """The model asked for something that cannot be done (bad argument, blocked host, no such element)."""
 
@@ -250,7 +259,11 @@ async def click(tab: Tab, args: Mapping[str, Any]) -> tuple[str, bool]:
         if locator is None:
             raise ActionError(f"no link, button or text {args['text']!r} on this page; read it with "
                               '{"format": "snapshot"} to see its elements and their refs.')
-    await locator.click()
+    if await locator.evaluate(_OPENS_NEW_TAB_JS):  # wait for the new tab, so the result shows it
+        async with tab.context.expect_page():
+            await locator.click()
+    else:
+        await locator.click()
     return await page_view(tab, tab.config.page_view)
 
 

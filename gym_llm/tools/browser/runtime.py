@@ -46,6 +46,7 @@ class BrowserRuntime:
         self.tabs_opened = 0
         self.closed = False
         self._playwright: Any = None
+        self._playwright_manager: Any = None
         self._browser: Any = None
         self._launch_lock: asyncio.Lock | None = None
         self._tabs: dict[int, Any] = {}
@@ -81,7 +82,8 @@ class BrowserRuntime:
             if self._playwright is None:
                 from playwright.async_api import async_playwright
 
-                self._playwright = await async_playwright().start()
+                self._playwright_manager = async_playwright()
+                self._playwright = await self._playwright_manager.start()
             if self._browser is not None:
                 logger.warning("Chromium stopped; launching a new one")
             self._browser = await self._playwright.chromium.launch(
@@ -180,16 +182,43 @@ class BrowserRuntime:
         except Exception as e:  # the browser is already gone
             logger.debug("closing a browser context failed: %r", e)
 
+    def _driver(self) -> Any:
+        """The Playwright driver's ``asyncio.subprocess.Process`` (Playwright has no public handle to it)."""
+        try:
+            return self._playwright_manager._client._transport._proc
+        except AttributeError:
+            return None
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The Playwright driver (node) process id, once started."""
+        driver = self._driver()
+        return driver.pid if driver is not None else None
+
     async def _shutdown(self) -> None:
         for tab in list(self._tabs.values()):
             await self.close_tab(tab)
-        for closer in (self._browser and self._browser.close, self._playwright and self._playwright.stop):
-            if closer:
+        if self._browser is not None:
+            try:
+                await asyncio.wait_for(self._browser.close(), 10.0)
+            except Exception as e:
+                logger.debug("closing Chromium: %r", e)
+        if self._playwright is not None:
+            try:
+                await asyncio.wait_for(self._playwright.stop(), 5.0)
+            except Exception as e:
+                # The driver exits on EOF of its stdin; a forked child (an AsyncVectorEnv worker, a
+                # DataLoader worker) that inherited that pipe keeps it open, so end the driver directly.
+                logger.debug("stopping Playwright: %r; killing its driver", e)
+                driver = self._driver()
                 try:
-                    await closer()
-                except Exception as e:
-                    logger.debug("browser shutdown: %r", e)
-        self._browser = self._playwright = None
+                    driver.kill()
+                    await asyncio.wait_for(driver.wait(), 5.0)
+                    driver._transport.close()  # asyncio's; its pipes would otherwise be closed after the loop
+                except (AttributeError, ProcessLookupError, TimeoutError) as e:
+                    logger.warning("could not end the Playwright driver: %r", e)
+                await asyncio.sleep(0.05)
+        self._browser = self._playwright = self._playwright_manager = None
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Close every context and Chromium, stop Playwright, end the loop thread (idempotent)."""
