@@ -88,7 +88,8 @@ ARTICLES: tuple[Article, ...] = (
 )
 
 PRODUCTS: tuple[Product, ...] = (
-    Product(1, "Oilskin jacket", "$64.00", "A waxed cotton jacket for wet decks.", (("Weight", "1.1 kg"), ("Colour", "Yellow"))),
+    Product(1, "Oilskin jacket", "$64.00", "A waxed cotton jacket for wet decks.",
+            (("Weight", "1.1 kg"), ("Colour", "Yellow"))),
     Product(2, "Rope fender", "$18.75", "Hand-knotted from manila rope.", (("Weight", "0.9 kg"), ("Length", "40 cm"))),
     Product(3, "Ship's bell", "$120.00", "Cast bronze, with a lanyard.", (("Weight", "3.4 kg"), ("Diameter", "20 cm"))),
     Product(4, "Sea chart of the Greywater coast", "$22.00", "Soundings from the 1968 survey.", (("Scale", "1:50,000"),)),

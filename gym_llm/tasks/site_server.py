@@ -212,7 +212,8 @@ def _home() -> str:
 
 def _search_form(value: str = "") -> str:
     return ('<form action="/wiki/search" method="get" role="search"><label>Search the wiki '
-            f'<input type="search" name="q" value="{html.escape(value)}"></label> <button type="submit">Search</button></form>')
+            f'<input type="search" name="q" value="{html.escape(value)}"></label> '
+            '<button type="submit">Search</button></form>')
 
 
 def _wiki_index() -> str:
@@ -248,8 +249,9 @@ def _shop(page_text: str) -> str:
         nav.append(f'<a href="/shop/?page={page - 1}">Previous page</a>')
     if page < pages:
         nav.append(f'<a href="/shop/?page={page + 1}">Next page</a>')
-    return _page("Harbor Supply", f"<p>Catalogue page {page} of {pages}.</p><ol start=\"{(page - 1) * PRODUCTS_PER_PAGE + 1}\">"
-                                  f"{items}</ol><p>{' | '.join(nav)}</p>")
+    first = (page - 1) * PRODUCTS_PER_PAGE + 1
+    return _page("Harbor Supply", f'<p>Catalogue page {page} of {pages}.</p><ol start="{first}">{items}</ol>'
+                                  f"<p>{' | '.join(nav)}</p>")
 
 
 def _product(product) -> str:

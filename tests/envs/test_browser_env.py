@@ -79,6 +79,15 @@ def test_every_builtin_task_is_solved_by_browsing(env):
     assert runtime.launches == 1
 
 
+def test_only_the_virtual_site_host_is_reachable(env):
+    env.reset(options={"task_id": 0})
+    site = env.unwrapped.core.extra["site"]
+    calls = call("navigate", url=f"http://{site.address}/") + call("navigate", url="http://localhost/")
+    env.step(calls)
+    replies = [m.content for m in env.unwrapped.episode.messages[-2:]]
+    assert all("is not on the allow-list; allowed hosts: larkspur.test:80" in r for r in replies), replies
+
+
 def test_rewards_need_the_right_answer_on_the_answer_line(env):
     env.reset(options={"task_id": 0})
     _, reward, terminated, _, info = env.step("Answer: 1875")

@@ -75,7 +75,8 @@ class Pages:
         if path.startswith("/search"):
             return 200, {}, _html("Results", f"<h1>Results for {path.split('?', 1)[-1]}</h1>")
         if path == "/download":
-            return 200, {"Content-Type": "text/csv", "Content-Disposition": 'attachment; filename="report.csv"'}, b"a,b\n1,2\n"
+            headers = {"Content-Type": "text/csv", "Content-Disposition": 'attachment; filename="report.csv"'}
+            return 200, headers, b"a,b\n1,2\n"
         if path == "/slow":
             time.sleep(self.slow_s)
             return 200, {}, _html("Slow", "<p>finally</p>")
@@ -92,7 +93,8 @@ class Pages:
                                   "document.getElementById('out').textContent = 'cookie=[' + document.cookie + '] stored=['"
                                   " + (localStorage.getItem('k') || '') + ']';</script>")
         if path == "/set-storage":
-            return 200, {"Set-Cookie": "episode=alpha; Path=/"}, _html("Set", "<p>set</p><script>localStorage.setItem('k', 'v1')</script>")
+            script = "<script>localStorage.setItem('k', 'v1')</script>"
+            return 200, {"Set-Cookie": "episode=alpha; Path=/"}, _html("Set", "<p>set</p>" + script)
         if path == "/leaky":  # every kind of sub-request to the forbidden server
             return 200, {}, _html("Leaky", (
                 f'<p>leaky page</p><img src="{f}/img.png"><script src="{f}/script.js"></script>'

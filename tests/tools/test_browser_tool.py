@@ -246,6 +246,33 @@ def test_launch_is_lazy_and_detach_stops_chromium(site):
         act(session, "read")
 
 
+def test_a_crashed_browser_is_relaunched_on_the_next_call(site):
+    tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}", "crash-marker.test"])
+    tool.attach()
+    session = tool.open_session()
+    try:
+        assert act(session, "navigate", url=site.origin + "/set-storage").status == "ok"
+        main = [pid for pid in _chromium_pids("crash-marker.test:80") if "--type=" not in _cmdline(pid)]
+        assert len(main) == 1
+        os.kill(main[0], 9)  # the browser process itself (not a renderer)
+        deadline = time.monotonic() + 10
+        while tool.runtime.browser_alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        result = act(session, "navigate", url=site.origin + "/storage")
+        assert result.status == "ok" and "browser had stopped and was restarted" in result.content
+        assert "cookie=[] stored=[]" in result.content and tool.runtime.launches == 2
+    finally:
+        session.close()
+        tool.detach()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_detach_ends_the_driver_even_when_a_forked_child_holds_its_pipe(site):
     tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}"])
     tool.attach()
@@ -274,7 +301,7 @@ def test_pickled_tool_is_detached_and_keeps_its_settings(tool):
     copy = pickle.loads(pickle.dumps(tool))
     assert copy.config == tool.config and copy.names == tool.names
     with pytest.raises(RuntimeError, match="not attached"):
-        copy.runtime
+        _ = copy.runtime
 
 
 # ------------------------------------------------------------------------------ no browser needed
@@ -338,8 +365,8 @@ def test_find_chromium_reports_how_to_install(monkeypatch, tmp_path):
 
 
 def test_importing_the_tool_does_not_import_playwright():
-    code = ("import sys, gym_llm.tools.browser, gym_llm.envs.browser; "
-            "gym_llm.tools.BrowserTool(allowed_hosts=['a.test']); print(any(m.startswith('playwright') for m in sys.modules))")
+    code = ("import sys, gym_llm.tools.browser, gym_llm.envs.browser; gym_llm.tools.BrowserTool(allowed_hosts=['a.test']); "
+            "print(any(m.startswith('playwright') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([".", "adapters"])}).stdout
     assert out.strip() == "False"

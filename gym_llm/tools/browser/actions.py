@@ -152,7 +152,8 @@ def clip(header: str, body: str, offset: int, limit: int, read_name: str, view: 
     rest = len(body) - offset - len(part)
     text = header + (f"[... {offset} characters before this skipped ...]\n" if offset else "") + part
     if rest > 0:
-        arguments = f'{{"format": "{view}", "offset": {offset + len(part)}}}' if view else f'{{"offset": {offset + len(part)}}}'
+        end = offset + len(part)
+        arguments = f'{{"format": "{view}", "offset": {end}}}' if view else f'{{"offset": {end}}}'
         text += f"\n[... {rest} more characters not shown; call {read_name} with {arguments} to read on ...]"
     return text, rest > 0
 

@@ -200,8 +200,10 @@ def resolver_rules(config: BrowserConfig) -> str:
     resolve too (Playwright's routing does not see redirect hops). ``host:*`` and ``*.host`` entries can
     only be excluded by host (``EXCLUDE``), so for them a redirect hop is checked by host, not by port.
 
-    >>> resolver_rules(BrowserConfig(allowed_hosts=("a.test:8000", "b.test"), host_map={"site.test": "127.0.0.1:9"}))
-    'MAP site.test:80 127.0.0.1:9, MAP a.test:8000 a.test:8000, MAP b.test:80 b.test:80, MAP b.test:443 b.test:443, MAP * ~NOTFOUND'
+    >>> resolver_rules(BrowserConfig(allowed_hosts=("a.test:8000", "b.test"), host_map={"site.test": "127.0.0.1:9"})
+    ...                ).split(", ")  # doctest: +NORMALIZE_WHITESPACE
+    ['MAP site.test:80 127.0.0.1:9', 'MAP a.test:8000 a.test:8000', 'MAP b.test:80 b.test:80',
+     'MAP b.test:443 b.test:443', 'MAP * ~NOTFOUND']
     """
     rules = [f"MAP {host}:80 {target}" for host, target in config.host_map.items()]
     excluded = []

@@ -227,7 +227,8 @@ class BrowserSession:
             return await self._timed_out(runtime, tab, action, note), "timeout", False
         except PlaywrightError as e:
             if not runtime.browser_alive:
-                return f"{note}Error: the browser crashed ({_first_line(e)}); it restarts on the next call.", "crashed", False
+                text = f"{note}Error: the browser crashed ({_first_line(e)}); it restarts on the next call."
+                return text, "crashed", False
             return f"{note}{tab.take_notes()}Error: {call_name(self.tool, action)} failed: {_first_line(e)}", "error", False
 
     async def _timed_out(self, runtime: BrowserRuntime, tab: Any, action: str, note: str) -> str:
