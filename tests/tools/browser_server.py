@@ -84,6 +84,8 @@ class Pages:
             return 200, {}, _html("Hang", "<p>about to hang</p><script>setTimeout(() => { while (true) {} }, 50)</script>")
         if path == "/long":
             return 200, {}, _html("Long", "".join(f"<p>Line {i:04d} of the long page.</p>" for i in range(400)))
+        if path == "/many-links":
+            return 200, {}, _html("Links", "".join(f'<a href="/item/{i}">Item {i}</a> ' for i in range(250)))
         if path == "/popup":
             return 200, {}, _html("Popups", '<a href="/second" target="_blank">Open in a new tab</a>')
         if path == "/redirect-out":  # a redirect hop: Playwright's routing does not see it

@@ -30,12 +30,14 @@ logger = logging.getLogger(__name__)
 _SNAPSHOT_NOISE = re.compile(r" \[cursor=pointer\]")
 _NAVIGATION_RACE = ("Execution context was destroyed", "navigation", "Target page, context or browser has been closed")
 _LINKS_JS = """(max) => {
+  const anchors = document.querySelectorAll('a[href]');
   const out = [];
-  for (const a of document.querySelectorAll('a[href]')) {
+  for (const a of anchors) {
+    if (out.length >= max) break;
     const text = (a.innerText || a.getAttribute('aria-label') || a.title || '').replace(/\\s+/g, ' ').trim();
     out.push([text, a.href]);
   }
-  return out;
+  return [out, anchors.length];
 }"""
 
 
@@ -305,16 +307,20 @@ async def links(tab: Tab, args: Mapping[str, Any]) -> tuple[str, bool]:
     page = tab.page
     if page.url == "about:blank":
         raise ActionError("no page is open yet; open one with the navigate action first.")
-    found = await page.evaluate(_LINKS_JS, tab.config.max_links)
-    unique = list(dict.fromkeys((text, href) for text, href in found))
-    lines = [f"- {text or '(no text)'}: {href}{'' if tab.policy.allows(href) else '  (not allowed)'}"
-             for text, href in unique[: tab.config.max_links]]
-    more = len(unique) - len(lines)
-    text = f"{tab.take_notes()}Links on {page.url} ({len(unique)}):\n" + "\n".join(lines)
-    if more > 0:
-        text += f"\n[... {more} more links not shown ...]"
-    text, truncated = clip("", text, 0, tab.config.max_output_chars, tab.read_name)
-    return text, truncated or more > 0
+    found, total = await page.evaluate(_LINKS_JS, 2 * tab.config.max_links)  # 2x: room for duplicates
+    distinct = list(dict.fromkeys((text, href) for text, href in found))
+    text = f"{tab.take_notes()}Links on {page.url} ({total} on the page):\n"
+    shown = 0
+    for label, href in distinct[: tab.config.max_links]:
+        line = f"- {label or '(no text)'}: {href}{'' if tab.policy.allows(href) else '  (not allowed)'}\n"
+        if len(text) + len(line) > tab.config.max_output_chars - 60:
+            break
+        text += line
+        shown += 1
+    complete = shown == len(distinct) and total == len(found)
+    if not complete:
+        text += f"[... {shown} of the page's {total} links are listed ...]"
+    return text.rstrip("\n"), not complete
 
 
 async def back(tab: Tab, args: Mapping[str, Any]) -> tuple[str, bool]:

@@ -143,16 +143,11 @@ class BrowserRuntime:
             await websocket.close(code=1008, reason="blocked by the allow-list")
 
     async def recover(self, tab: Any) -> str:
-        """After a timeout: keep the page if it answers; else stop what it is loading (blank page); else,
-        if its renderer hangs, replace it by a fresh page. Cookies are kept. Returns a note for the model."""
+        """After a timeout: keep the page if it still answers; else (still loading, or its renderer hangs in a
+        script) replace it by a fresh blank page in the same context (cookies kept). Returns a note for the model."""
         try:
             await asyncio.wait_for(tab.page.evaluate("1"), 1.0)
             return ""
-        except Exception:
-            pass
-        try:  # a slow navigation: cancel it
-            await asyncio.wait_for(tab.page.goto("about:blank"), 2.0)
-            return "The page was still loading and was stopped; a blank page is open now (cookies are kept)."
         except Exception:
             pass
         old = tab.page
@@ -166,7 +161,7 @@ class BrowserRuntime:
         finally:
             tab.opening_page = False
         asyncio.ensure_future(self._close_page(old))  # a hung renderer may take a while to die: do not wait
-        return "The page stopped responding and was closed; a blank page is open now (cookies are kept)."
+        return "The page did not respond and was replaced by a blank page (cookies are kept)."
 
     @staticmethod
     async def _close_page(page: Any) -> None:
@@ -205,7 +200,7 @@ class BrowserRuntime:
                 logger.debug("closing Chromium: %r", e)
         if self._playwright is not None:
             try:
-                await asyncio.wait_for(self._playwright.stop(), 5.0)
+                await asyncio.wait_for(self._playwright.stop(), 3.0)
             except Exception as e:
                 # The driver exits on EOF of its stdin; a forked child (an AsyncVectorEnv worker, a
                 # DataLoader worker) that inherited that pipe keeps it open, so end the driver directly.
