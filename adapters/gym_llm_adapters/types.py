@@ -93,6 +93,11 @@ class Trajectory:
         versions: per-step engine versions.
         terminated / truncated: how the episode ended.
         steps: the per-step records.
+        token_exact: True when ``token_ids`` is exactly what the policy conditioned on and sampled at
+            every turn (always in tokens mode). False when a text-mode env re-tokenised the conversation
+            differently between turns: the sequence then restarts at that turn's observation and earlier
+            turns count as context (``policy_mask == 0``); the step records stay exact.
+        env_index: the sub-env (of the collector's env list, numbered across shards) that ran it.
     """
 
     task_id: int
@@ -107,6 +112,8 @@ class Trajectory:
     terminated: bool
     truncated: bool
     steps: list[StepRecord] = field(default_factory=list)
+    token_exact: bool = True
+    env_index: int = -1
 
     @property
     def reward(self) -> float:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
+from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.tasks.loading import load_records
-from gym_llm.tools.handler import with_tools
 
 __all__ = ["LLMChatEnv", "LLMChatVectorEnv", "ChatHandler", "RewardFn", "UserSimulator", "builtin_chat_prompts"]
 
@@ -98,26 +98,9 @@ def build_chat_core(
 ) -> EnvCore:
     records = builtin_chat_prompts() if prompts is None else load_records(prompts, split=split)
     tasks = tasks_from_records(records)
-    config = ChatConfig(max_turns=max_turns, **chat_kwargs)
-    handler, tool_schemas, stop_tools = with_tools(ChatHandler(reward_fn, follow_ups, user_simulator), tools,
-                                                   max_turns=config.max_turns,
-                                                   max_calls_per_turn=max_tool_calls_per_turn)
-    try:
-        core = ChatCore(config, handler, tools=tool_schemas)
-    except BaseException:
-        if stop_tools is not None:
-            stop_tools()
-        raise
-    return EnvCore(
-        tasks=tasks,
-        new_episode=core.new_episode,
-        observation_space=core.observation_space,
-        action_space=core.action_space,
-        task_order=task_order,
-        parallel_respond=stop_tools is not None,
-        on_close=stop_tools,
-        extra={"chat": core},
-    )
+    return chat_env_core(tasks, ChatHandler(reward_fn, follow_ups, user_simulator),
+                         ChatConfig(max_turns=max_turns, **chat_kwargs), task_order=task_order, tools=tools,
+                         max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 
 class LLMChatEnv(LLMEnv):

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
+from gym_llm.envs.chat import call_reward
 from gym_llm.core.env import LLMEnv
+from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, load_records
-from gym_llm.tools.handler import with_tools
 
 __all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "DEFAULT_GSM8K_PROMPT"]
 
@@ -90,10 +91,14 @@ def _generate_gsm_symbolic(size: int, seed: int) -> list[dict[str, Any]]:
 
 
 class GSM8KHandler:
-    """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it ends in ``#### N``."""
+    """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it states
+    ``#### N``, plus ``reward_fn(task, messages)`` (a shaping hook, e.g. a length penalty) if given."""
 
-    def __init__(self, format_reward: float = 0.0):
+    def __init__(self, format_reward: float = 0.0, reward_fn: Any = None):
+        if reward_fn is not None and not callable(reward_fn):
+            raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
         self.format_reward = float(format_reward)
+        self.reward_fn = reward_fn
 
     def respond(self, episode: ChatEpisode, reply: Message) -> Response:
         result = grade(reply.content, episode.task.answer)
@@ -104,6 +109,10 @@ class GSM8KHandler:
             "extracted_answer": result.extracted if result.extracted is not None else "",
             "reference_answer": result.reference,
         }
+        if self.reward_fn is not None:
+            shaping, extra = call_reward(self.reward_fn, episode.task, (*episode.messages, reply))
+            reward += shaping
+            info.update(extra)
         return Response(reward, True, (), info)
 
 
@@ -119,6 +128,7 @@ def build_gsm8k_core(
     generator_seed: int = 0,
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
     format_reward: float = 0.0,
+    reward_fn: Any = None,
     task_order: TaskOrder = "shuffle",
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
@@ -129,26 +139,8 @@ def build_gsm8k_core(
         dataset_config=dataset_config, split=split, num_generated=num_generated,
         generator_seed=generator_seed, prompt_template=prompt_template,
     )
-    config = ChatConfig(**chat_kwargs)
-    handler, tool_schemas, stop_tools = with_tools(GSM8KHandler(format_reward), tools,
-                                                   max_turns=config.max_turns,
-                                                   max_calls_per_turn=max_tool_calls_per_turn)
-    try:
-        core = ChatCore(config, handler, tools=tool_schemas)
-    except BaseException:
-        if stop_tools is not None:
-            stop_tools()
-        raise
-    return EnvCore(
-        tasks=task_list,
-        new_episode=core.new_episode,
-        observation_space=core.observation_space,
-        action_space=core.action_space,
-        task_order=task_order,
-        parallel_respond=stop_tools is not None,
-        on_close=stop_tools,
-        extra={"chat": core},
-    )
+    return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn), ChatConfig(**chat_kwargs),
+                         task_order=task_order, tools=tools, max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 
 class LLMGSM8KEnv(LLMEnv):
@@ -172,6 +164,7 @@ class LLMGSM8KEnv(LLMEnv):
     | final answer equals the reference | 1.0 |
     | otherwise | 0.0 |
     | plus, if the reply states ``#### N`` | ``format_reward`` (default 0.0) |
+    | plus, if given | ``reward_fn(task, messages)`` (shaping; its info dict is merged into ``info``) |
 
     ``info``: ``correct``, ``formatted``, ``extracted_answer``, ``reference_answer``.
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
+from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
@@ -146,22 +147,16 @@ def build_ifeval_core(
     strip_thinking: bool = False,
     scoring_workers: int = 0,
     task_order: TaskOrder = "shuffle",
+    tools: Sequence[Any] | None = None,
+    max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
 ) -> EnvCore:
     task_list = load_ifeval_tasks(data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
                                   split=split)
     handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers)
-    core = ChatCore(ChatConfig(**chat_kwargs), handler)
-    return EnvCore(
-        tasks=task_list,
-        new_episode=core.new_episode,
-        observation_space=core.observation_space,
-        action_space=core.action_space,
-        task_order=task_order,
-        parallel_respond=scoring_workers > 0,
-        on_close=handler.scorer.close,
-        extra={"chat": core, "scorer": handler.scorer},
-    )
+    return chat_env_core(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
+                         max_tool_calls_per_turn=max_tool_calls_per_turn, parallel_respond=scoring_workers > 0,
+                         on_close=handler.scorer.close, extra={"scorer": handler.scorer})
 
 
 class LLMIFEvalEnv(LLMEnv):

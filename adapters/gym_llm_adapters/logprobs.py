@@ -1,0 +1,276 @@
+"""Teacher-forced per-token log-probs of the exact tokens in a batch, without a ``(B, S, V)`` log-softmax.
+
+``token_logprobs`` runs a causal LM's backbone once, then projects only the hidden states of the positions
+that are scored (``score_mask``, usually the policy mask) through the output head, in row chunks sized to a
+memory budget. Per chunk it computes ``logsumexp`` over the vocabulary and gathers the target logit, so the
+largest temporary is one ``(rows_per_chunk, V)`` logits tile, never a full ``(B, S, V)`` float copy.
+
+Formula (positions follow :mod:`gym_llm_adapters.types`: the value at ``t`` scores ``token_t``)::
+
+    z_t   = W h_{t-1} (+ b),   s_t = z_t / temperature                 # (V,)
+    out_t = s_t[token_t] - logsumexp(s_t)   where score_mask[t] == 1, else 0.0
+
+With autograd enabled, the projection is a custom :class:`torch.autograd.Function` whose backward recomputes
+each tile and turns it in place into ``d out / d s = g * (onehot(token) - softmax(s))``, so the backward holds
+one tile at a time too (the fused linear-cross-entropy idea; Wijmans et al. 2024, "Cut your losses in
+large-vocabulary language models").
+
+Models whose head is not a plain linear layer (logit soft-capping, logit scaling) take the exact fallback:
+the model's own forward, then ``log_softmax`` over the scored rows only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["token_logprobs", "DEFAULT_CHUNK_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+#: Memory budget of one logits tile (rows x vocabulary x element size); 128 MiB keeps peak memory low
+#: while each matmul stays large enough to run at full speed.
+DEFAULT_CHUNK_BYTES = 128 << 20
+
+# Config attributes that mean "the logits are not just W h + b": such models take the exact fallback.
+_HEAD_TRANSFORM_ATTRS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "lm_head_multiplier",
+    "output_multiplier",
+)
+
+
+def _rows_per_chunk(vocab_size: int, chunk_bytes: int) -> int:
+    return max(1, chunk_bytes // (vocab_size * 4))
+
+
+def _logits_tile(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 inv_temperature: float) -> torch.Tensor:
+    """``(n, H) -> (n, V)`` float32 scaled logits ``(h W^T + b) / temperature``."""
+    tile = hidden @ weight.t() if bias is None else torch.addmm(bias, hidden, weight.t())  # (n, V)
+    if tile.dtype != torch.float32:
+        tile = tile.float()
+    if inv_temperature != 1.0:
+        tile.mul_(inv_temperature)
+    return tile
+
+
+class _LinearTokenLogProb(torch.autograd.Function):
+    """``out[i] = log_softmax((h_i W^T + b) / T)[target_i]`` for ``h: (N, H)``, chunked over rows."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                targets: torch.Tensor, inv_temperature: float, rows: int) -> torch.Tensor:
+        N = hidden.shape[0]
+        out = torch.empty(N, dtype=torch.float32, device=hidden.device)  # (N,)
+        lse = torch.empty(N, dtype=torch.float32, device=hidden.device)  # (N,)
+        for start in range(0, N, rows):
+            end = min(start + rows, N)
+            tile = _logits_tile(hidden[start:end], weight, bias, inv_temperature)  # (n, V), ours to overwrite
+            target_logit = tile.gather(1, targets[start:end, None]).squeeze(1)  # (n,)
+            # logsumexp in place on the tile: about 2x faster than torch.logsumexp on CPU, no extra (n, V) buffer.
+            row_max = tile.amax(-1, keepdim=True)  # (n, 1)
+            lse[start:end] = tile.sub_(row_max).exp_().sum(-1).log_().add_(row_max.squeeze(-1))
+            out[start:end] = target_logit - lse[start:end]
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.inv_temperature, ctx.rows = inv_temperature, rows
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        inv_t, rows = ctx.inv_temperature, ctx.rows
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
+        grad_out = grad_out.float()
+        for start in range(0, hidden.shape[0], rows):
+            end = min(start + rows, hidden.shape[0])
+            g = grad_out[start:end]  # (n,)
+            tile = _logits_tile(hidden[start:end], weight, bias, inv_t)  # (n, V)
+            # d out / d s = onehot(target) - softmax(s); times g, times 1/T for d s / d z; all in place.
+            tile.sub_(lse[start:end, None]).exp_().mul_(-g[:, None])
+            tile.scatter_add_(1, targets[start:end, None], g[:, None])
+            if inv_t != 1.0:
+                tile.mul_(inv_t)
+            h = hidden[start:end]
+            if grad_h is not None:
+                grad_h[start:end] = (tile.to(weight.dtype) @ weight).to(hidden.dtype)  # (n, H)
+            if grad_w is not None:
+                grad_w.addmm_(tile.t(), h.float())  # (V, H)
+            if grad_b is not None:
+                grad_b += tile.sum(0)
+        return (
+            grad_h,
+            None if grad_w is None else grad_w.to(weight.dtype),
+            None if grad_b is None else grad_b.to(bias.dtype),
+            None,
+            None,
+            None,
+        )
+
+
+def _fast_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
+    """The backbone and linear output head when logits are exactly ``head(backbone(x))``; else None."""
+    config = getattr(model, "config", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    backbone = getattr(model, "base_model", None)
+    if config is None or get_head is None or backbone is None or backbone is model:
+        return None
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if any(getattr(text_config, name, None) not in (None, 1.0) for name in _HEAD_TRANSFORM_ATTRS):
+        return None
+    head = get_head()
+    if type(head) is not nn.Linear:
+        return None
+    return backbone, head
+
+
+def _check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor) -> None:
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (B, S); got shape {tuple(input_ids.shape)}.")
+    for name, mask in (("attention_mask", attention_mask), ("score_mask", score_mask)):
+        if mask.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} must have input_ids' shape {tuple(input_ids.shape)}; got {tuple(mask.shape)}."
+            )
+    real, scored = attention_mask.bool(), score_mask.bool()
+    if bool((scored & ~real).any()):
+        raise ValueError("score_mask marks padding positions (attention_mask == 0); it must be a subset of it.")
+    if bool((scored & (real.long().cumsum(-1) == 1)).any()):
+        raise ValueError(
+            "score_mask marks the first real token of a row: it has no context to score it. "
+            "Sequences start with a prompt; put at least one token before the first sampled one."
+        )
+
+
+def _plan_forwards(attention_mask: torch.Tensor, micro_batch_size: int | None,
+                   max_tokens_per_forward: int | None) -> list[tuple[list[int], int, int]]:
+    """Split rows into forwards: ``(rows, first_col, end_col)``, each trimmed to its rows' real tokens.
+
+    Rows are taken longest first, so each forward pads only up to its own longest row; a forward takes rows
+    while ``rows <= micro_batch_size`` and ``rows * width <= max_tokens_per_forward``. Rows without real
+    tokens are left out (their output is all zeros).
+    """
+    real = attention_mask.bool().cpu()
+    B, S = real.shape
+    cols = torch.arange(S)
+    starts = torch.where(real, cols, S).amin(1).tolist()  # first real column per row
+    ends = torch.where(real, cols + 1, 0).amax(1).tolist()  # one past the last real column
+    order = sorted((r for r in range(B) if ends[r] > 0), key=lambda r: starts[r] - ends[r])  # longest first
+    plan: list[tuple[list[int], int, int]] = []
+    rows: list[int] = []
+    lo, hi = S, 0
+    for r in order:
+        new_lo, new_hi = min(lo, starts[r]), max(hi, ends[r])
+        full = (micro_batch_size is not None and len(rows) >= micro_batch_size) or (
+            max_tokens_per_forward is not None and (len(rows) + 1) * (new_hi - new_lo) > max_tokens_per_forward)
+        if rows and full:
+            plan.append((rows, lo, hi))
+            rows, new_lo, new_hi = [], starts[r], ends[r]
+        rows.append(r)
+        lo, hi = new_lo, new_hi
+    if rows:
+        plan.append((rows, lo, hi))
+    return plan
+
+
+def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                score_mask: torch.Tensor, inv_temperature: float, chunk_bytes: int) -> torch.Tensor:
+    """``(b, L)`` log-probs at ``score_mask`` positions (0.0 elsewhere) of one forward's rows."""
+    # Positions from the attention mask: left- and right-padded rows score the same tokens identically.
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (b, L)
+    select = score_mask.bool()  # (b, L); column 0 is never scored (checked by _check_inputs)
+    shifted = select[:, 1:]  # (b, L-1): hidden at t-1 scores token t
+    targets = input_ids[:, 1:][shifted]  # (N,)
+    fast = _fast_head(model)
+    if fast is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False).logits  # (b, L, V)
+        rows = logits[:, :-1][shifted].float() * inv_temperature  # (N, V)
+        flat = rows.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+    else:
+        backbone, head = fast
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).last_hidden_state  # (b, L, H)
+        weight, bias = head.weight, head.bias
+        hidden = hidden[:, :-1][shifted].to(weight.dtype)  # (N, H)
+        rows_per_chunk = _rows_per_chunk(weight.shape[0], chunk_bytes)
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            flat = _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk)
+        else:
+            flat = _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature,
+                                               rows_per_chunk)
+    out = torch.zeros(select.shape, dtype=torch.float32, device=input_ids.device)
+    # masked_scatter keeps the result connected to the graph (and works when nothing is scored).
+    return out.masked_scatter(select, flat.float())
+
+
+class _NoCtx:
+    """Stands in for autograd's ctx when the forward runs without autograd (nothing is saved)."""
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    micro_batch_size: int | None = None,
+    max_tokens_per_forward: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> torch.Tensor:
+    """Per-token log-probs ``log p(token_t | tokens_<t)`` of a transformers causal LM at the scored positions.
+
+    Args:
+        model: a transformers causal LM (``AutoModelForCausalLM``-style: ``base_model`` + linear output head;
+            other heads fall back to the model's own forward).
+        input_ids: ``(B, S)`` int64 token ids (any padding side).
+        attention_mask: ``(B, S)`` 1 for real tokens.
+        score_mask: ``(B, S)`` 1 where a log-prob is wanted (the policy mask); must be 0 on padding and on
+            each row's first real token.
+        temperature: logits are divided by it before the softmax (match the sampler's if its log-probs are
+            post-temperature; vLLM's default log-probs are raw, i.e. temperature 1).
+        micro_batch_size: at most this many rows per backbone forward; None = no row limit.
+        max_tokens_per_forward: at most ``rows * padded_width`` tokens per backbone forward; None = no limit.
+            Rows go longest first and each forward is trimmed to its own longest row, so a limit also cuts
+            the compute spent on padding (on CPU, 2048-4096 is a good value). Both limits bound activation
+            memory. Results do not depend on them.
+        chunk_bytes: memory budget of one float32 ``(rows, V)`` logits tile.
+
+    Returns:
+        ``(B, S)`` float32, the log-prob at scored positions and 0.0 elsewhere. Differentiable with respect
+        to the model's parameters when autograd is enabled (call under ``torch.no_grad()`` /
+        ``torch.inference_mode()`` for a reference model).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}.")
+    for name, limit in (("micro_batch_size", micro_batch_size), ("max_tokens_per_forward", max_tokens_per_forward)):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{name} must be >= 1 or None; got {limit}.")
+    _check_inputs(input_ids, attention_mask, score_mask)
+    B, S = input_ids.shape
+    plan = _plan_forwards(attention_mask, micro_batch_size, max_tokens_per_forward)
+    if len(plan) == 1 and plan[0] == (list(range(B)), 0, S):  # one forward over the whole batch
+        return _score_rows(model, input_ids, attention_mask, score_mask, 1.0 / temperature, chunk_bytes)
+    parts, order = [], []
+    for rows, lo, hi in plan:
+        index = torch.tensor(rows, device=input_ids.device)
+        part = _score_rows(model, input_ids[index, lo:hi], attention_mask[index, lo:hi], score_mask[index, lo:hi],
+                           1.0 / temperature, chunk_bytes)  # (b, hi - lo)
+        parts.append(torch.nn.functional.pad(part, (lo, S - hi)))
+        order += rows
+    out = torch.zeros(B, S, dtype=torch.float32, device=input_ids.device)
+    if not parts:
+        return out
+    return out.index_copy(0, torch.tensor(order, device=input_ids.device), torch.cat(parts))

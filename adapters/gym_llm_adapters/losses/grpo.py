@@ -1,0 +1,352 @@
+"""GRPO policy loss: token-level clipped importance ratio, optional KL to a reference, engine-mismatch correction.
+
+Per policy token ``t`` of sequence ``i`` (all tensors ``(B, S)`` and aligned as in :mod:`gym_llm_adapters.types`)::
+
+    ratio_t   = exp(logp_t - old_logp_t)                           # "token" level
+              = exp(mean_{t' in i}(logp_t' - old_logp_t'))          # "sequence" level (GSPO)
+    surr_t    = -min(min(ratio_t, delta) * A_i, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_i)
+    surr_t   *= w_t                                                 # engine/trainer importance weight (TIS)
+    kl_t      = k3(logp_t, ref_logp_t) = exp(ref_logp_t - logp_t) - (ref_logp_t - logp_t) - 1
+    kl_t     *= ratio_t                                             # if kl_importance_correction
+    loss_t    = surr_t + beta * kl_t
+    loss      = aggregate(loss_t over policy tokens)                # token_mean | sequence_mean | dr_grpo
+
+``logp`` is the trainer's current log-prob (with gradient), ``old_logp`` the trainer's log-prob under the
+policy that sampled (no gradient; on-policy it is ``logp.detach()``), ``A_i`` the group-normalised advantage.
+Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+training") corrects for the engine (vLLM) and the trainer computing slightly different probabilities for the
+same weights: ``w_t = min(exp(old_logp_t - engine_logp_t), C_max)`` and variants (see
+:class:`GRPOLossConfig.importance_sampling`).
+
+References: Shao et al. 2024 (DeepSeekMath, GRPO); Yu et al. 2025 (DAPO: clip-higher, token-mean);
+Liu et al. 2025 (Dr. GRPO); Zheng et al. 2025 (GSPO); DeepSeek-V3.2 2025 (KL importance correction);
+Prime Intellect 2025 (INTELLECT-2, ``delta``). Semantics match TRL 1.16's ``GRPOTrainer._compute_loss``
+option for option (docs/losses.md has the mapping; tests/adapters/losses/test_grpo_trl.py checks equality).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from gym_llm_adapters.kl import KLEstimator, kl_estimate
+from gym_llm_adapters.losses._common import AGGREGATIONS, Aggregation, aggregate, check_token_tensor, masked_mean
+from gym_llm_adapters.types import RolloutBatch
+
+__all__ = ["ImportanceSampling", "GRPOLossConfig", "GRPOLossOutput", "GRPOLoss", "importance_sampling_weights"]
+
+ImportanceSampling = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+_IS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GRPOLossConfig:
+    """Settings of :class:`GRPOLoss` (TRL ``GRPOConfig`` names in brackets).
+
+    Attributes:
+        epsilon: lower clip range, the ratio is clipped below at ``1 - epsilon`` [``epsilon``]. Must be in
+            ``[0, 1)``.
+        epsilon_high: upper clip range, clipped above at ``1 + epsilon_high``; None means ``epsilon``
+            (symmetric PPO clipping). DAPO's clip-higher uses 0.28 [``epsilon_high``]. Must be >= 0.
+        delta: if set, the unclipped branch's ratio is also capped at ``delta`` (two-sided clipping of
+            INTELLECT-2), bounding the update when advantages are negative and the ratio explodes; must be
+            > ``1 + epsilon_high`` [``delta``].
+        ratio_level: ``"token"`` (one ratio per token, GRPO/DAPO) or ``"sequence"`` (the exponentiated mean
+            per-token log-ratio of the sequence, GSPO) [``importance_sampling_level``].
+        beta: weight of the per-token KL to the reference model; 0 disables it and ``ref_logprobs`` is not
+            needed [``beta``]. Must be >= 0.
+        kl_estimator: estimator of the KL term (:func:`gym_llm_adapters.kl.kl_estimate`); GRPO and TRL use
+            ``"k3"``, the only one TRL offers.
+        kl_importance_correction: multiply the KL term by the (differentiable) policy ratio so that its gradient
+            is the unbiased reverse-KL gradient when the data is off-policy (DeepSeek-V3.2). Changes the KL
+            gradient (not its value) even on-policy. TRL's default [``use_bias_correction_kl``]; only used with
+            ``beta > 0``.
+        aggregation: how per-token losses become a scalar: ``"token_mean"`` (every policy token weighs the
+            same; TRL ``"bnpo"``, and ``"dapo"`` with ``num_items``), ``"sequence_mean"`` (every sequence
+            weighs the same; TRL ``"grpo"``), ``"dr_grpo"`` (sum over tokens / ``(B * max_completion_length)``;
+            TRL ``"dr_grpo"``) [``loss_type``].
+        max_completion_length: the Dr. GRPO constant; required when ``aggregation == "dr_grpo"``, ignored
+            otherwise [``max_completion_length``]. Must be >= 1.
+        importance_sampling: correction for engine/trainer log-prob mismatch, from
+            ``d_t = old_logp_t - engine_logp_t`` on policy tokens
+            [``vllm_importance_sampling_correction`` + ``vllm_importance_sampling_mode``]:
+            ``"none"`` (no correction; ``engine_logprobs`` not needed), ``"token_truncate"`` (TIS:
+            ``w_t = clip(exp(d_t), C_min, C_max)``), ``"token_mask"`` (``w_t = exp(d_t)``, 0 outside
+            ``[C_min, C_max]``), ``"sequence_truncate"`` / ``"sequence_mask"`` (the same on
+            ``exp(sum_t d_t)``, one weight per sequence). The weight multiplies the surrogate, not the KL term.
+        importance_sampling_clip_min: ``C_min``; None means no lower bound
+            [``vllm_importance_sampling_clip_min``].
+        importance_sampling_clip_max: ``C_max`` (default 3.0, TRL's); None means no upper bound
+            [``vllm_importance_sampling_clip_max``]. Truncate modes need at least one bound.
+    """
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    delta: float | None = None
+    ratio_level: Literal["token", "sequence"] = "token"
+    beta: float = 0.0
+    kl_estimator: KLEstimator = "k3"
+    kl_importance_correction: bool = True
+    aggregation: Aggregation = "token_mean"
+    max_completion_length: int | None = None
+    importance_sampling: ImportanceSampling = "none"
+    importance_sampling_clip_min: float | None = None
+    importance_sampling_clip_max: float | None = 3.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.epsilon < 1:
+            raise ValueError(f"epsilon must be in [0, 1); got {self.epsilon}.")
+        if self.epsilon_high is not None and not self.epsilon_high >= 0:
+            raise ValueError(f"epsilon_high must be >= 0 or None; got {self.epsilon_high}.")
+        if self.delta is not None and not self.delta > 1 + self.eps_high:
+            raise ValueError(f"delta must be > 1 + epsilon_high = {1 + self.eps_high}; got {self.delta}.")
+        if self.ratio_level not in ("token", "sequence"):
+            raise ValueError(f"ratio_level must be 'token' or 'sequence'; got {self.ratio_level!r}.")
+        if not self.beta >= 0:
+            raise ValueError(f"beta must be >= 0; got {self.beta}.")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ValueError(f"kl_estimator must be 'k1', 'k2' or 'k3'; got {self.kl_estimator!r}.")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {self.aggregation!r}.")
+        if self.aggregation == "dr_grpo" and (self.max_completion_length is None or self.max_completion_length < 1):
+            raise ValueError(
+                "aggregation='dr_grpo' divides by B * max_completion_length: set max_completion_length >= 1 "
+                f"(the generation budget); got {self.max_completion_length}."
+            )
+        self._check_importance_sampling()
+
+    def _check_importance_sampling(self) -> None:
+        mode, lo, hi = self.importance_sampling, self.importance_sampling_clip_min, self.importance_sampling_clip_max
+        if mode not in _IS_MODES:
+            raise ValueError(f"importance_sampling must be one of {_IS_MODES}; got {mode!r}.")
+        if mode.endswith("_truncate") and lo is None and hi is None:
+            raise ValueError(f"importance_sampling={mode!r} needs importance_sampling_clip_min or _clip_max set.")
+        if lo is not None and hi is not None and not lo < hi:
+            raise ValueError(f"importance_sampling_clip_min ({lo}) must be < importance_sampling_clip_max ({hi}).")
+        if lo is not None and lo < 0:
+            raise ValueError(f"importance_sampling_clip_min must be >= 0; got {lo}.")
+
+    @property
+    def eps_high(self) -> float:
+        """The effective upper clip range (``epsilon_high``, or ``epsilon`` when unset)."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+def importance_sampling_weights(
+    old_logprobs: torch.Tensor,
+    engine_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    mode: ImportanceSampling,
+    *,
+    clip_min: float | None = None,
+    clip_max: float | None = None,
+) -> torch.Tensor:
+    """Engine-to-trainer importance weights ``pi_trainer / pi_engine`` for tokens the engine sampled.
+
+    Args:
+        old_logprobs: ``(B, S)`` the trainer's log-probs of the sampled tokens (no gradient).
+        engine_logprobs: ``(B, S)`` the engine's log-probs of the same tokens (NaN = unknown: weight 1).
+        mask: ``(B, S)`` bool, the policy tokens.
+        mode: see :attr:`GRPOLossConfig.importance_sampling` (``"none"`` returns ones).
+        clip_min / clip_max: ``C_min`` / ``C_max``; None = unbounded on that side.
+
+    Returns:
+        ``(B, S)`` for token modes, ``(B, 1)`` for sequence modes; 1.0 off the mask for token modes. No gradient.
+    """
+    if mode not in _IS_MODES:
+        raise ValueError(f"mode must be one of {_IS_MODES}; got {mode!r}.")
+    with torch.no_grad():
+        if mode == "none":
+            return torch.ones_like(old_logprobs)
+        diff = torch.nan_to_num((old_logprobs - engine_logprobs) * mask, nan=0.0)  # (B, S)
+        if mode.startswith("sequence"):
+            diff = diff.sum(-1, keepdim=True)  # (B, 1)
+        weights = diff.exp()
+        if mode.endswith("_truncate"):
+            return weights.clamp(min=clip_min, max=clip_max)
+        low = -torch.inf if clip_min is None else clip_min
+        high = torch.inf if clip_max is None else clip_max
+        return weights.masked_fill((weights < low) | (weights > high), 0.0)
+
+
+@dataclass(frozen=True)
+class GRPOLossOutput:
+    """The loss and detached diagnostics (0-dim tensors; :meth:`metrics` turns them into floats).
+
+    Attributes:
+        loss: the scalar to ``backward()``.
+        policy_loss: the aggregated surrogate term alone (detached).
+        kl: masked token-mean of the per-token KL term before ``beta`` (None when ``beta == 0``).
+        clip_low_fraction: fraction of policy tokens with ``ratio < 1 - epsilon`` and a negative advantage
+            (the gradient is zeroed there).
+        clip_high_fraction: fraction with ``ratio > 1 + epsilon_high`` and a positive advantage.
+        ratio_mean: masked token-mean of the policy ratio.
+        is_weight_mean / is_weight_min / is_weight_max: importance-weight stats over policy tokens (None when
+            ``importance_sampling == "none"``).
+    """
+
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    kl: torch.Tensor | None
+    clip_low_fraction: torch.Tensor
+    clip_high_fraction: torch.Tensor
+    ratio_mean: torch.Tensor
+    is_weight_mean: torch.Tensor | None = None
+    is_weight_min: torch.Tensor | None = None
+    is_weight_max: torch.Tensor | None = None
+
+    def metrics(self, prefix: str = "grpo/") -> dict[str, float]:
+        """Namespaced float metrics to log (one device sync per entry)."""
+        out = {}
+        for name in ("loss", "policy_loss", "kl", "clip_low_fraction", "clip_high_fraction", "ratio_mean",
+                     "is_weight_mean", "is_weight_min", "is_weight_max"):
+            value = getattr(self, name)
+            if value is not None:
+                out[prefix + name] = float(value.detach())
+        return out
+
+
+class GRPOLoss:
+    """The GRPO / DAPO / Dr. GRPO / GSPO policy loss over per-token log-probs (module docstring: formula).
+
+    Args:
+        config: a :class:`GRPOLossConfig`; defaults to ``GRPOLossConfig()`` (eps 0.2, no KL, token mean).
+
+    Call it with the trainer's log-probs (for instance from :func:`gym_llm_adapters.logprobs.token_logprobs`)
+    and either tensors (:meth:`__call__`) or a :class:`RolloutBatch` whose ``advantages`` are set
+    (:meth:`from_batch`).
+    """
+
+    def __init__(self, config: GRPOLossConfig | None = None) -> None:
+        self.config = config if config is not None else GRPOLossConfig()
+
+    def __repr__(self) -> str:
+        return f"GRPOLoss({self.config})"
+
+    def _check(self, logprobs: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
+               old_logprobs: torch.Tensor | None, engine_logprobs: torch.Tensor | None,
+               ref_logprobs: torch.Tensor | None) -> None:
+        if not isinstance(logprobs, torch.Tensor) or logprobs.dim() != 2:
+            raise ValueError(f"logprobs must be a (B, S) tensor; got {getattr(logprobs, 'shape', type(logprobs))}.")
+        shape = logprobs.shape
+        check_token_tensor("mask", mask, shape)
+        check_token_tensor("old_logprobs", old_logprobs, shape, required=False)
+        check_token_tensor("engine_logprobs", engine_logprobs, shape,
+                           required=self.config.importance_sampling != "none")
+        check_token_tensor("ref_logprobs", ref_logprobs, shape, required=self.config.beta > 0)
+        if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((shape[0],), tuple(shape)):
+            raise ValueError(
+                f"advantages must be a tensor of shape ({shape[0]},) or {tuple(shape)}; "
+                f"got {getattr(advantages, 'shape', type(advantages))}."
+            )
+
+    def __call__(
+        self,
+        logprobs: torch.Tensor,
+        *,
+        mask: torch.Tensor,
+        advantages: torch.Tensor,
+        old_logprobs: torch.Tensor | None = None,
+        engine_logprobs: torch.Tensor | None = None,
+        ref_logprobs: torch.Tensor | None = None,
+        num_items: float | torch.Tensor | None = None,
+    ) -> GRPOLossOutput:
+        """The loss for one (micro-)batch.
+
+        Args:
+            logprobs: ``(B, S)`` trainer log-probs of the sampled tokens, with gradient.
+            mask: ``(B, S)`` 1 on policy tokens (the only positions that count).
+            advantages: ``(B,)`` per sequence (broadcast to its tokens) or ``(B, S)`` per token.
+            old_logprobs: ``(B, S)`` trainer log-probs under the sampling policy; None = ``logprobs.detach()``
+                (one gradient step per batch, TRL's default). Pass the engine's log-probs here to use them as
+                the behaviour policy without a trainer recompute.
+            engine_logprobs: ``(B, S)`` the engine's log-probs (``RolloutBatch.logprobs``); needed when
+                ``importance_sampling != "none"``.
+            ref_logprobs: ``(B, S)`` reference log-probs; needed when ``beta > 0``.
+            num_items: ``token_mean`` denominator override (policy tokens of the whole accumulated batch).
+        """
+        cfg = self.config
+        self._check(logprobs, mask, advantages, old_logprobs, engine_logprobs, ref_logprobs)
+        mask = mask.bool()
+        if old_logprobs is None:
+            old_logprobs = logprobs.detach()
+        adv = advantages.to(logprobs.dtype)
+        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # (B, 1) or (B, S)
+        log_ratio = logprobs - old_logprobs  # (B, S)
+        if cfg.ratio_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
+        ratio = log_ratio.exp()  # (B, S) or (B, 1)
+        clipped = ratio.clamp(1 - cfg.epsilon, 1 + cfg.eps_high)
+        unclipped = ratio if cfg.delta is None else ratio.clamp(max=cfg.delta)
+        per_token = -torch.min(unclipped * adv, clipped * adv)
+        stats: dict[str, torch.Tensor | None] = {}
+        if cfg.importance_sampling != "none":
+            weights = importance_sampling_weights(
+                old_logprobs, engine_logprobs, mask, cfg.importance_sampling,
+                clip_min=cfg.importance_sampling_clip_min, clip_max=cfg.importance_sampling_clip_max)
+            per_token = per_token * weights
+            stats.update(self._weight_stats(weights, mask))
+        per_token = per_token.expand(mask.shape)
+        policy_loss = aggregate(per_token, mask, cfg.aggregation,
+                                max_completion_length=cfg.max_completion_length, num_items=num_items)
+        loss, kl_mean = policy_loss, None
+        if cfg.beta > 0:
+            kl = kl_estimate(logprobs, ref_logprobs, cfg.kl_estimator)  # (B, S)
+            if cfg.kl_importance_correction:
+                kl = kl * ratio
+            loss = aggregate(per_token + cfg.beta * kl, mask, cfg.aggregation,
+                             max_completion_length=cfg.max_completion_length, num_items=num_items)
+            kl_mean = masked_mean(kl.detach(), mask)
+        with torch.no_grad():
+            full_ratio = ratio.expand(mask.shape)
+            return GRPOLossOutput(
+                loss=loss,
+                policy_loss=policy_loss.detach(),
+                kl=kl_mean,
+                clip_low_fraction=masked_mean(((full_ratio < 1 - cfg.epsilon) & (adv < 0)).float(), mask),
+                clip_high_fraction=masked_mean(((full_ratio > 1 + cfg.eps_high) & (adv > 0)).float(), mask),
+                ratio_mean=masked_mean(full_ratio, mask),
+                **stats,
+            )
+
+    @staticmethod
+    def _weight_stats(weights: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        if weights.shape[-1] == 1:  # one weight per sequence
+            values = weights.squeeze(-1)[mask.any(-1)]
+        else:
+            values = weights[mask]
+        if values.numel() == 0:
+            values = weights.new_ones(1)
+        return {"is_weight_mean": values.mean(), "is_weight_min": values.min(), "is_weight_max": values.max()}
+
+    def from_batch(
+        self,
+        logprobs: torch.Tensor,
+        batch: RolloutBatch | Mapping[str, torch.Tensor],
+        *,
+        old_logprobs: torch.Tensor | None = None,
+        num_items: float | torch.Tensor | None = None,
+    ) -> GRPOLossOutput:
+        """The loss for a :class:`RolloutBatch` (or its :meth:`RolloutBatch.to_torch` dict).
+
+        Reads ``policy_mask`` (mask), ``advantages`` (must be set, e.g. by
+        :class:`~gym_llm_adapters.losses.MCAdvantage`), ``logprobs`` (the engine's, for importance sampling)
+        and ``ref_logprobs`` (when ``beta > 0``, e.g. from :class:`~gym_llm_adapters.kl.ReferenceKL`).
+        """
+        tensors = batch.to_torch(logprobs.device) if isinstance(batch, RolloutBatch) else dict(batch)
+        if tensors.get("advantages") is None:
+            raise ValueError("batch.advantages is None: compute them first, e.g. batch = MCAdvantage()(batch).")
+        if self.config.beta > 0 and tensors.get("ref_logprobs") is None:
+            raise ValueError("beta > 0 needs batch.ref_logprobs: run ReferenceKL(ref_model).apply(batch) first.")
+        return self(
+            logprobs,
+            mask=tensors["policy_mask"].to(logprobs.device),
+            advantages=tensors["advantages"].to(logprobs.device),
+            old_logprobs=old_logprobs,
+            engine_logprobs=tensors["logprobs"].to(logprobs.device),
+            ref_logprobs=None if tensors.get("ref_logprobs") is None else tensors["ref_logprobs"].to(logprobs.device),
+            num_items=num_items,
+        )

@@ -1,0 +1,229 @@
+"""Durable rollout files: append batches of :class:`Trajectory` / :class:`StepRecord` and read them back.
+
+Two formats, both appended once per batch and fsynced before :meth:`RolloutWriter.write` returns:
+
+* **JSONL** (``path`` ends in ``.jsonl``): one record per line, the whole batch written with one
+  ``write`` and ``fsync``. A crash mid-write can leave at most a partial last line; readers skip it and
+  a new writer cuts it off before appending, so every complete batch stays readable.
+* **Parquet** (``path`` is a folder or ends in ``.parquet``): one ``part-NNNNNN.parquet`` file per batch,
+  written to a temporary name, fsynced and renamed (atomic), then the folder is fsynced. Parquet
+  cannot be appended in place (its footer is written last), so parts are the durable way.
+
+Records round-trip exactly: ids as int64, log-probs as float32, masks as int8; a step's ``info``
+(scalars and strings) is kept as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Iterator, Literal, Sequence
+
+import numpy as np
+
+from gym_llm_adapters.types import StepRecord, Trajectory
+
+__all__ = ["RolloutWriter", "read_rollouts", "record_to_dict", "record_from_dict"]
+
+logger = logging.getLogger(__name__)
+
+Record = Trajectory | StepRecord
+_ARRAYS = {"prompt_ids": np.int64, "completion_ids": np.int64, "token_ids": np.int64, "logprobs": np.float32,
+           "policy_mask": np.int8}
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """A JSON-able dict of ``record`` with a ``"kind"`` tag (``"trajectory"`` or ``"step"``)."""
+    if isinstance(record, StepRecord):
+        out: dict[str, Any] = {"kind": "step"}
+        for f in fields(StepRecord):
+            value = getattr(record, f.name)
+            if f.name == "info":
+                out["info"] = json.dumps(value, default=_json_default, sort_keys=True)
+            else:
+                out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        return out
+    if isinstance(record, Trajectory):
+        out = {"kind": "trajectory"}
+        for f in fields(Trajectory):
+            value = getattr(record, f.name)
+            if f.name == "steps":
+                out["steps"] = [record_to_dict(s) for s in value]
+            else:
+                out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        return out
+    raise TypeError(f"Only Trajectory and StepRecord can be written, got {type(record).__name__}.")
+
+
+def record_from_dict(data: dict[str, Any]) -> Record:
+    """Inverse of :func:`record_to_dict`."""
+    kind = data.get("kind")
+    if kind == "step":
+        values = {f.name: data[f.name] for f in fields(StepRecord) if f.name in data}
+        values["info"] = json.loads(values.get("info") or "{}")
+        for name in ("prompt_ids", "completion_ids", "logprobs"):
+            values[name] = np.asarray(values[name], dtype=_ARRAYS[name])
+        return StepRecord(**values)
+    if kind == "trajectory":
+        values = {f.name: data[f.name] for f in fields(Trajectory) if f.name in data}
+        values["steps"] = [record_from_dict(dict(s)) for s in values.get("steps") or []]
+        for name in ("token_ids", "policy_mask", "logprobs"):
+            values[name] = np.asarray(values[name], dtype=_ARRAYS[name])
+        values["rewards"] = [float(r) for r in values["rewards"]]
+        values["versions"] = [int(v) for v in values["versions"]]
+        return Trajectory(**values)
+    raise ValueError(f"Not a rollout record (kind={kind!r}); expected 'trajectory' or 'step'.")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def _format_of(path: Path, fmt: str | None) -> str:
+    if fmt is not None:
+        if fmt not in ("jsonl", "parquet"):
+            raise ValueError(f"format must be 'jsonl' or 'parquet', got {fmt!r}.")
+        return fmt
+    if path.suffix == ".jsonl":
+        return "jsonl"
+    if path.suffix == ".parquet" or path.is_dir():
+        return "parquet"
+    raise ValueError(f"Cannot tell the rollout format of {str(path)!r}: use a .jsonl file, a .parquet folder, or format=.")
+
+
+class RolloutWriter:
+    """Appends batches of records to ``path`` durably (see the module docstring).
+
+    Args:
+        path: a ``.jsonl`` file, or a folder (``.parquet`` suffix or existing) for Parquet parts.
+        format: ``"jsonl"`` or ``"parquet"``; default from ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None):
+        self.path = Path(path)
+        self.format = _format_of(self.path, format)
+        self.batches_written = 0
+        self.records_written = 0
+        if self.format == "jsonl":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _drop_partial_line(self.path)
+            self._file = open(self.path, "ab")
+        else:
+            try:
+                import pyarrow.parquet  # noqa: F401  (fail at construction, not at the first batch)
+            except ImportError as e:
+                raise ImportError("Parquet rollouts need pyarrow: pip install 'gym-llm[rollouts]' (or use a .jsonl path).") from e
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._file = None
+            self._next_part = 1 + max((int(p.stem.split("-")[1]) for p in self.path.glob("part-*.parquet")), default=-1)
+
+    def write(self, records: Sequence[Record]) -> None:
+        """Append one batch; durable (fsynced) when this returns."""
+        if not records:
+            return
+        rows = [record_to_dict(r) for r in records]
+        if self.format == "jsonl":
+            payload = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
+            self._file.write(payload)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        else:
+            self._write_part(rows)
+        self.batches_written += 1
+        self.records_written += len(rows)
+
+    def _write_part(self, rows: list[dict[str, Any]]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        # Nested steps are stored as JSON text: their info dicts vary in keys, which Arrow structs do not allow.
+        table = pa.Table.from_pylist([{**row, "steps": json.dumps(row["steps"])} if "steps" in row else row for row in rows])
+        final = self.path / f"part-{self._next_part:06d}.parquet"
+        tmp = final.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(self.path)
+        self._next_part += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "RolloutWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None) -> list[Record]:
+    """All complete records in ``path``, in write order."""
+    return list(iter_rollouts(path, format=format))
+
+
+def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None) -> Iterator[Record]:
+    """Stream the records of ``path`` (a partial last JSONL line is skipped with a warning)."""
+    path = Path(path)
+    fmt = _format_of(path, format)
+    if fmt == "jsonl":
+        with open(path, "rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    logger.warning("%s ends with a partial record (an interrupted write); skipping it.", path)
+                    break
+                yield record_from_dict(json.loads(line))
+        return
+    import pyarrow.parquet as pq
+
+    for part in sorted(path.glob("part-*.parquet")):
+        for row in pq.read_table(part).to_pylist():
+            if row.get("kind") == "trajectory":
+                row["steps"] = json.loads(row["steps"])
+            yield record_from_dict(row)
+
+
+def _drop_partial_line(path: Path, chunk_bytes: int = 1 << 16) -> None:
+    """Cut a trailing partial line (from a crash mid-write) so appends start on a line boundary."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        keep, end = 0, size
+        while end > 0:  # scan backwards for the last newline
+            start = max(0, end - chunk_bytes)
+            f.seek(start)
+            at = f.read(end - start).rfind(b"\n")
+            if at != -1:
+                keep = start + at + 1
+                break
+            end = start
+        logger.warning("%s ended with a partial record; cutting %d bytes before appending.", path, size - keep)
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

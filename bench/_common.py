@@ -1,0 +1,77 @@
+"""Shared setup of the KL and loss benchmarks: a small causal LM with a real-size vocabulary, a rollout-shaped
+batch, and a timer."""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def small_causal_lm(vocab_size: int, *, hidden_size: int = 256, num_layers: int = 4, seed: int = 0,
+                    save: bool = False) -> tuple[torch.nn.Module, Path | None]:
+    """A random-init Qwen2 (head_dim 64) with ``vocab_size`` outputs; saved to a temp dir when ``save``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=4 * hidden_size,
+                         num_hidden_layers=num_layers, num_attention_heads=hidden_size // 64,
+                         num_key_value_heads=max(1, hidden_size // 128), head_dim=64,
+                         max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype="float32")
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 0.05)  # a spread-out, non-degenerate distribution
+    path = None
+    if save:
+        path = Path(tempfile.mkdtemp(prefix="gym-llm-bench-"))
+        model.save_pretrained(path)
+    return model, path
+
+
+def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int = 0,
+                  dense: bool = False) -> dict[str, torch.Tensor]:
+    """Right-padded episodes: ``prompt_tokens`` of prompt, then a completion of 25-100% of the rest (all of
+    it when ``dense``: no padding at all)."""
+    rng = np.random.default_rng(seed)
+    input_ids = torch.from_numpy(rng.integers(3, vocab_size, (B, S)))
+    attention_mask = torch.zeros(B, S, dtype=torch.long)
+    policy_mask = torch.zeros(B, S, dtype=torch.bool)
+    room = S - prompt_tokens
+    for b in range(B):
+        length = prompt_tokens + (room if b == 0 or dense else int(rng.integers(room // 4, room + 1)))
+        attention_mask[b, :length] = 1
+        policy_mask[b, prompt_tokens:length] = True
+        input_ids[b, length:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "policy_mask": policy_mask}
+
+
+def interleaved_times_s(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Wall times of each function, run round-robin (A, B, C, A, B, C, ...) so that load from other processes
+    on a shared machine hits all of them alike. Returns every run's seconds per name."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def summary(times: list[float]) -> str:
+    return f"median {statistics.median(times) * 1e3:8.1f} ms  (min {min(times) * 1e3:8.1f} ms)"
+
+
+def describe_machine() -> str:
+    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads "
+            f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), {os.cpu_count()} CPUs")

@@ -1,0 +1,148 @@
+"""token_logprobs against the model's own full-vocabulary log-softmax, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gym_llm_adapters.logprobs import _LinearTokenLogProb, _plan_forwards, token_logprobs
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import AutoModelForCausalLM
+
+    from gym_llm_adapters.models.tiny import tiny_model_dir
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32).eval()
+
+
+def naive(model, input_ids, attention_mask, score_mask, temperature=1.0):
+    """Full (B, S, V) log-softmax of the model's own logits, gathered at the next tokens."""
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logp = (logits[:, :-1] / temperature).log_softmax(-1).gather(2, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1) * score_mask
+
+
+def right_padded_batch(seed=0, B=3, S=12):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 500, (B, S), generator=g)
+    lengths = [S, S - 4, S - 2]
+    attention = torch.zeros(B, S, dtype=torch.long)
+    score = torch.zeros(B, S, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        attention[b, :n] = 1
+        score[b, 3:n] = 1
+        ids[b, n:] = 0
+    score[0, 6:8] = 0  # a tool turn inside the first episode: not scored
+    return ids, attention, score
+
+
+@pytest.mark.parametrize("chunk_bytes", [512 * 4 * 3, 1 << 30], ids=["3-row-chunks", "one-chunk"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_matches_full_log_softmax(model, chunk_bytes, temperature) -> None:
+    ids, attention, score = right_padded_batch()
+    with torch.no_grad():
+        got = token_logprobs(model, ids, attention, score, temperature=temperature, chunk_bytes=chunk_bytes)
+        want = naive(model, ids, attention, score, temperature)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (got[score == 0] == 0).all() and (got[score == 1] < 0).all()
+
+
+def test_padding_side_and_micro_batches_do_not_change_values(model) -> None:
+    ids, attention, score = right_padded_batch(seed=1)
+    with torch.inference_mode():
+        right = token_logprobs(model, ids, attention, score)
+        micro = token_logprobs(model, ids, attention, score, micro_batch_size=2)
+        bucketed = token_logprobs(model, ids, attention, score, max_tokens_per_forward=20)
+        # The same episodes, left-padded: roll each row so the padding comes first.
+        shifts = [int(k) for k in (attention == 0).sum(1)]
+        left_ids, left_attn, left_score = (torch.stack([torch.roll(row, k, 0) for row, k in zip(t, shifts)])
+                                           for t in (ids, attention, score))
+        left_out = token_logprobs(model, left_ids, left_attn, left_score)
+    assert left_attn[1, 0] == 0  # really left-padded
+    torch.testing.assert_close(micro, right, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bucketed, right, rtol=1e-5, atol=1e-5)
+    unrolled = torch.stack([torch.roll(row, -k, 0) for row, k in zip(left_out, shifts)])
+    torch.testing.assert_close(unrolled, right, rtol=1e-5, atol=1e-5)
+
+
+def test_plan_trims_each_forward_to_its_rows() -> None:
+    attention = torch.zeros(5, 10, dtype=torch.long)
+    for row, (lo, hi) in enumerate([(0, 10), (0, 3), (0, 9), (4, 10), (0, 0)]):
+        attention[row, lo:hi] = 1
+    plan = _plan_forwards(attention, None, 20)
+    assert plan == [([0, 2], 0, 10), ([3, 1], 0, 10)]  # rows 3 (left-padded) and 1 span columns 0-10
+    assert _plan_forwards(attention, 1, None) == [([0], 0, 10), ([2], 0, 9), ([3], 4, 10), ([1], 0, 3)]
+    assert _plan_forwards(attention, None, None) == [([0, 2, 3, 1], 0, 10)]  # the empty row 4 is skipped
+
+
+@pytest.mark.parametrize("limits", [{}, {"max_tokens_per_forward": 24}], ids=["one-forward", "bucketed"])
+def test_gradients_match_autograd_through_full_logits(model, limits) -> None:
+    ids, attention, score = right_padded_batch(seed=2)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
+    model.zero_grad()
+    logprobs = token_logprobs(model, ids, attention, score, temperature=0.8, chunk_bytes=512 * 4 * 5, **limits)
+    (logprobs * weights).sum().backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    (naive(model, ids, attention, score, 0.8) * weights).sum().backward()
+    for name, param in model.named_parameters():
+        scale = float(param.grad.abs().max())
+        torch.testing.assert_close(ours[name], param.grad, rtol=1e-4, atol=1e-4 * scale)
+    model.zero_grad()
+
+
+def test_chunked_function_gradcheck_with_bias() -> None:
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(5, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    weight = torch.randn(7, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    bias = torch.randn(7, dtype=torch.float64, generator=g, requires_grad=True)
+    targets = torch.tensor([0, 6, 3, 3, 1])
+
+    def f(h, w, b):
+        return _LinearTokenLogProb.apply(h, w, b, targets, 1 / 1.3, 2)
+
+    # Float32 internals: compare to the float64 reference with a float32 tolerance.
+    want = ((hidden @ weight.t() + bias) / 1.3).log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+    torch.testing.assert_close(f(hidden, weight, bias).double(), want, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn(5, dtype=torch.float64, generator=g)
+    grads = torch.autograd.grad((f(hidden, weight, bias) * upstream).sum(), (hidden, weight, bias))
+    expected = torch.autograd.grad((want * upstream).sum(), (hidden, weight, bias))
+    for got, exp in zip(grads, expected):
+        torch.testing.assert_close(got.double(), exp, rtol=1e-4, atol=1e-5)
+
+
+def test_softcapped_head_takes_the_exact_fallback() -> None:
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=5.0)
+    torch.manual_seed(0)
+    gemma = Gemma2ForCausalLM(config).eval()
+    ids = torch.randint(0, 97, (2, 6))
+    attention = torch.ones(2, 6, dtype=torch.long)
+    score = torch.zeros(2, 6, dtype=torch.long)
+    score[:, 2:] = 1
+    with torch.no_grad():
+        torch.testing.assert_close(token_logprobs(gemma, ids, attention, score), naive(gemma, ids, attention, score),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_rejects_bad_masks(model) -> None:
+    ids, attention, score = right_padded_batch()
+    with pytest.raises(ValueError, match="first real token"):
+        token_logprobs(model, ids, attention, attention.clone())
+    with pytest.raises(ValueError, match="marks padding"):
+        token_logprobs(model, ids, attention, torch.cat([score[:, :1], torch.ones_like(score[:, 1:])], 1))
+    with pytest.raises(ValueError, match="score_mask must have input_ids' shape"):
+        token_logprobs(model, ids, attention, score[:, :-1])
+    left = torch.zeros_like(attention)
+    left[:, 2:] = 1
+    scored_first = torch.zeros_like(score)
+    scored_first[:, 2] = 1
+    with pytest.raises(ValueError, match="first real token"):
+        token_logprobs(model, ids, left, scored_first)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        token_logprobs(model, ids, attention, score, temperature=0.0)
