@@ -5,15 +5,15 @@ from __future__ import annotations
 from os import PathLike
 from typing import Any, Mapping, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
+from gym_llm.envs.common import chat_env_core
 from gym_llm.rewards.short_answer import grade
 from gym_llm.tasks.loading import load_records
-from gym_llm.tools.handler import with_tools
 
 __all__ = ["DEFAULT_BROWSER_PROMPT", "DEFAULT_BROWSER_SYSTEM_PROMPT", "SITE_HOST", "LLMBrowserEnv",
            "LLMBrowserVectorEnv", "ShortAnswerHandler", "build_browser_core", "load_browser_tasks"]
@@ -108,30 +108,16 @@ def build_browser_core(
         raise ValueError(f"browser={{...}} must not set {sorted({'host_map', 'config'} & set(settings))}: the env maps "
                          f"{site_host!r} to its own server; add other hosts with browser={{'allowed_hosts': [...]}}.")
     server = SiteServer(site_dir)
-    stop_tools = None
     try:
         tool = BrowserTool(host_map={site_host: server.address}, **settings)
         task_list = load_browser_tasks(tasks, start_url=f"http://{site_host}/", prompt_template=prompt_template)
         config = ChatConfig(max_turns=max_turns, system_prompt=system_prompt, **chat_kwargs)
-        handler, tool_schemas, stop_tools = with_tools(ShortAnswerHandler(format_reward), [tool, *tools],
-                                                       max_turns=config.max_turns,
-                                                       max_calls_per_turn=max_tool_calls_per_turn)
-        core = ChatCore(config, handler, tools=tool_schemas)
+        return chat_env_core(task_list, ShortAnswerHandler(format_reward), config, task_order=task_order,
+                             tools=[tool, *tools], max_tool_calls_per_turn=max_tool_calls_per_turn,
+                             on_close=server.close, extra={"browser_tool": tool, "site": server})
     except BaseException:
-        if stop_tools is not None:
-            stop_tools()
         server.close()
         raise
-
-    def close() -> None:
-        try:
-            stop_tools()
-        finally:
-            server.close()
-
-    return EnvCore(tasks=task_list, new_episode=core.new_episode, observation_space=core.observation_space,
-                   action_space=core.action_space, task_order=task_order, parallel_respond=True, on_close=close,
-                   extra={"chat": core, "browser_tool": tool, "site": server})
 
 
 class LLMBrowserEnv(LLMEnv):

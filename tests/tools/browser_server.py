@@ -6,7 +6,6 @@ The forbidden server records every request it receives; the tests assert that it
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -58,7 +57,7 @@ class Pages:
 
     def __init__(self, forbidden: str):
         self.forbidden = forbidden
-        self.slow_s = 4.0
+        self.release = threading.Event()  # /slow answers only once this is set (or after 30 s)
 
     def render(self, path: str) -> tuple[int, dict[str, str], bytes]:
         f = self.forbidden
@@ -78,7 +77,7 @@ class Pages:
             headers = {"Content-Type": "text/csv", "Content-Disposition": 'attachment; filename="report.csv"'}
             return 200, headers, b"a,b\n1,2\n"
         if path == "/slow":
-            time.sleep(self.slow_s)
+            self.release.wait(30.0)
             return 200, {}, _html("Slow", "<p>finally</p>")
         if path == "/hang":
             return 200, {}, _html("Hang", "<p>about to hang</p><script>setTimeout(() => { while (true) {} }, 50)</script>")

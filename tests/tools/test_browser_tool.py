@@ -38,7 +38,16 @@ def site(forbidden):
 
 @pytest.fixture(scope="module")
 def tool(site):
-    tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}"], timeout_s=2.0, max_output_chars=900)
+    tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}"], timeout_s=10.0, max_output_chars=900)
+    tool.attach()
+    yield tool
+    tool.detach()
+
+
+@pytest.fixture(scope="module")
+def quick_tool(site):
+    """A tool with a short per-action limit, for the pages that never finish."""
+    tool = BrowserTool(allowed_hosts=[f"127.0.0.1:{site.port}"], timeout_s=3.0)
     tool.attach()
     yield tool
     tool.detach()
@@ -82,10 +91,19 @@ def test_disallowed_host_receives_nothing(session, site, forbidden):
     assert "Blocked:" in clicked.content and forbidden.origin in clicked.content
     act(session, "navigate", url=site.origin + "/leaky")
     act(session, "click", text="Send")  # a form POST to the forbidden server
-    time.sleep(0.3)  # let beacons / sockets fire
-    for path in ("/page", "/img.png", "/script.js", "/style.css", "/frame", "/fetch", "/post", "/beacon", "/pixel"):
-        assert forbidden.origin + path in session.blocked, path  # aborted by the routing layer
-    assert any(url.startswith(f"ws://127.0.0.1:{forbidden.port}/ws") for url in session.blocked)
+    expected = [forbidden.origin + path for path in ("/page", "/img.png", "/script.js", "/style.css", "/frame",
+                                                     "/fetch", "/post", "/beacon", "/pixel")]
+    websocket = f"ws://127.0.0.1:{forbidden.port}/ws"
+
+    def all_aborted() -> bool:  # beacons and sockets fire asynchronously
+        blocked = session.blocked
+        return all(url in blocked for url in expected) and any(url.startswith(websocket) for url in blocked)
+
+    deadline = time.monotonic() + 15
+    while not all_aborted() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [url for url in expected if url not in session.blocked] == []  # aborted by the routing layer
+    assert any(url.startswith(websocket) for url in session.blocked)
     assert forbidden.hits == []
 
 
@@ -122,16 +140,25 @@ def test_downloads_are_refused(session, site):
     assert "Refused a download" not in act(session, "read").content  # reported once, not again
 
 
-def test_slow_page_times_out_and_the_session_goes_on(session, site):
-    result = act(session, "navigate", url=site.origin + "/slow")  # the server answers after 4 s
-    assert result.status == "timeout" and "2 s limit" in result.content
-    assert act(session, "navigate", url=site.origin + "/second").status == "ok"
+def test_slow_page_times_out_and_the_session_goes_on(quick_tool, site):
+    session = quick_tool.open_session()
+    try:
+        result = act(session, "navigate", url=site.origin + "/slow")  # the server does not answer
+        assert result.status == "timeout" and "3 s limit" in result.content
+        assert act(session, "navigate", url=site.origin + "/second").status == "ok"
+    finally:
+        site.pages.release.set()
+        session.close()
 
 
-def test_page_that_hangs_its_renderer_is_replaced(session, site):
-    result = act(session, "navigate", url=site.origin + "/hang")  # its script loops forever 50 ms after load
-    assert result.status == "timeout" and "replaced by a blank page" in result.content
-    assert "You made it." in act(session, "navigate", url=site.origin + "/second").content
+def test_page_that_hangs_its_renderer_is_replaced(quick_tool, site):
+    session = quick_tool.open_session()
+    try:
+        result = act(session, "navigate", url=site.origin + "/hang")  # its script loops forever 50 ms after load
+        assert result.status == "timeout" and "replaced by a blank page" in result.content
+        assert "You made it." in act(session, "navigate", url=site.origin + "/second").content
+    finally:
+        session.close()
 
 
 def _read_on(content: str) -> dict:
