@@ -21,6 +21,9 @@ class EnvInfo:
 
 
 ENVS: tuple[EnvInfo, ...] = (
+    EnvInfo("LLMBrowser-v0", "gym_llm.envs.browser:LLMBrowserEnv", "gym_llm.envs.browser:LLMBrowserVectorEnv",
+            "answer questions by browsing a local website with a real headless Chromium (Playwright)",
+            "{0, 1} (+ format_reward)"),
     EnvInfo("LLMChat-v0", "gym_llm.envs.chat:LLMChatEnv", "gym_llm.envs.chat:LLMChatVectorEnv",
             "multi-turn chat; scripted or simulated user turns; reward hook", "reward_fn (default 0)"),
     EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv", "gym_llm.envs.gsm8k:LLMGSM8KVectorEnv",

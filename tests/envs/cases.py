@@ -29,6 +29,10 @@ SMALL_TOKENS = {"max_seq_len": 256, "max_action_tokens": 24}
 
 # id -> {case name: factory of kwargs}
 CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
+    "LLMBrowser-v0": {
+        "text": lambda: {},
+        "tokens": lambda: {"mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 4096, "max_action_tokens": 24},
+    },
     "LLMChat-v0": {
         "text": lambda: {},
         "tokens": lambda: {"mode": "tokens", "tokenizer": _tiny_tok(), **SMALL_TOKENS},
