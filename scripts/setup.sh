@@ -44,6 +44,15 @@ case ",$EXTRAS," in
     # its ifeval modules are imported, so its (heavy) dependencies are not needed.
     "$PY" -m pip install --quiet --no-deps "lm-eval==0.4.13" ;;
 esac
+# The browser tool drives the system's Chromium (Playwright's own browser download is not used).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "gym-llm set-up: installing Debian's chromium for the browser tool"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "warning: chromium is missing; the browser tool needs it (sudo apt-get install chromium)" >&2
+  fi
+fi
 if ! ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2"; then
   echo "warning: libseccomp2 is missing; the sandboxed Python tool needs it (apt-get install libseccomp2)" >&2
 fi
