@@ -190,6 +190,7 @@ class ChatEpisode(Episode):
         self.messages: list[Message] = []
         self.turn = 0
         self.resources: dict[str, Any] = {}
+        self._open = False  # the handler's start() ran and close() has not yet
         self._text = ""
         L = self.config.max_seq_len if self.config.mode == "tokens" else 0
         self._ids = np.zeros(L, dtype=np.int64)
@@ -223,8 +224,7 @@ class ChatEpisode(Episode):
 
     # ------------------------------------------------------------------------------ episode
     def start(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        if self.task is not None and self.core.close_hook is not None:
-            self.core.close_hook(self)
+        self.close()
         opening, prompt = self.core.opening_prompt(task)
         if self.config.mode == "text":
             if len(prompt) > self.config.max_observation_chars:
@@ -248,6 +248,7 @@ class ChatEpisode(Episode):
         self.turn = 0
         if self.core.start_hook is not None:
             self.core.start_hook(self)
+        self._open = True
         if self.config.mode == "text":
             return prompt, {"turn": 0}
         return self._observation(), self._info()
@@ -268,8 +269,12 @@ class ChatEpisode(Episode):
         self.messages.append(action.message)
         self.turn += 1
         if self.config.mode == "text":
-            return self._advance_text(action.text, response)
-        return self._advance_tokens(action.token_ids, response)
+            transition = self._advance_text(action.text, response)
+        else:
+            transition = self._advance_tokens(action.token_ids, response)
+        if transition.terminated or transition.truncated:
+            self.close()  # free per-episode resources (a sandbox, a browser context) as soon as it ends
+        return transition
 
     def _ends(self, response: Response) -> tuple[bool, bool]:
         terminated = bool(response.done)
@@ -323,5 +328,8 @@ class ChatEpisode(Episode):
         return self.core.renderer.render(self.messages, add_generation_prompt=False)
 
     def close(self) -> None:
-        if self.core.close_hook is not None and self.task is not None:
-            self.core.close_hook(self)
+        """Release the handler's per-episode resources (idempotent)."""
+        if self._open:
+            self._open = False
+            if self.core.close_hook is not None:
+                self.core.close_hook(self)

@@ -110,3 +110,34 @@ def test_truncates_when_the_env_turn_does_not_fit(tiny_tok):
     assert truncated and not terminated
     seq = unpack_tokens(obs).tolist()
     assert seq[-len(reply):] == reply  # the sampled ids are the last thing in the sequence
+
+
+def test_handler_resources_are_released_when_the_episode_ends():
+    """Per-episode resources (sandbox, browser context) go back as soon as the episode ends, once."""
+    from gym_llm.core.chat import ChatConfig, ChatCore, Response
+    from gym_llm.core.tasks import tasks_from_records
+
+    events = []
+
+    class Handler:
+        def start(self, episode):
+            events.append(("start", episode.task.task_id))
+
+        def respond(self, episode, reply):
+            return Response(1.0, done=episode.turn >= 1)
+
+        def close(self, episode):
+            events.append(("close", episode.task.task_id))
+
+    core = ChatCore(ChatConfig(max_turns=3), Handler())
+    episode = core.new_episode()
+    task = tasks_from_records(["hi"])[0]
+    episode.start(task)
+    for _ in range(2):
+        checked = episode.check_action("x")
+        t = episode.advance(checked, episode.respond(checked))
+    assert t.terminated and events == [("start", 0), ("close", 0)]
+    episode.start(task)
+    episode.close()
+    episode.close()
+    assert events == [("start", 0), ("close", 0), ("start", 0), ("close", 0)]
