@@ -360,6 +360,8 @@ class RayCollector:
         self._submit_poll(slot)  # the worker kept its state: retry the same step on the new engine
 
     def _absorb(self, slot: _WorkerSlot, report: WorkerReport) -> None:
+        for record in report.records:
+            _own_arrays(record)
         slot.inflight = report.inflight
         for name, value in report.stats.items():
             setattr(self.stats, name, getattr(self.stats, name) + value)
@@ -411,3 +413,16 @@ class RayCollector:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _own_arrays(record: Trajectory | StepRecord) -> None:
+    """Arrays that come out of Ray's object store are read-only views of shared memory; the batch gets its own
+    writable copies (a local collector's records are writable, and torch warns on read-only arrays)."""
+    names = ("token_ids", "policy_mask", "logprobs") if isinstance(record, Trajectory) else ("prompt_ids", "completion_ids", "logprobs")
+    for name in names:
+        value = getattr(record, name)
+        if not value.flags.writeable:
+            setattr(record, name, value.copy())
+    if isinstance(record, Trajectory):
+        for step in record.steps:
+            _own_arrays(step)

@@ -56,10 +56,10 @@ class EnvSpec:
         """The vector env (called inside the worker)."""
         from gymnasium.vector import VectorEnv
 
+        import gym_llm  # noqa: F401  (registers the gym_llm ids, for ids and for factories that use them)
+
         if isinstance(self.env, str):
             import gymnasium as gym
-
-            import gym_llm  # noqa: F401  (registers the gym_llm ids)
 
             env = gym.make_vec(self.env, num_envs=1 if self.num_envs is None else self.num_envs, **self.kwargs)
         else:
