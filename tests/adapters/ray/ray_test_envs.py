@@ -42,31 +42,21 @@ def local_chat_env(tok, *, num_envs: int = 4, group_size: int = 2):
 
 
 class CrashOnStep(gym.vector.VectorWrapper):
-    """Ends its process with ``os._exit`` on step ``crash_on_step``: always (``flag=None``), or only in the one
-    process that creates ``flag`` first (so exactly one worker of several crashes, once)."""
+    """Ends its process with ``os._exit`` inside step number ``crash_on_step`` (of every process that builds it)."""
 
-    def __init__(self, env, crash_on_step: int, flag: str | None):
+    def __init__(self, env, crash_on_step: int):
         super().__init__(env)
-        self.crash_on_step, self.flag, self.steps = crash_on_step, flag, 0
+        self.crash_on_step, self.steps = crash_on_step, 0
 
     def step(self, actions):
         self.steps += 1
-        if self.steps == self.crash_on_step and self._claim():
+        if self.steps == self.crash_on_step:
             os._exit(1)
         return self.env.step(actions)
 
-    def _claim(self) -> bool:
-        if self.flag is None:
-            return True
-        try:
-            os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
-            return True
-        except FileExistsError:
-            return False
 
-
-def crashing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str | None, group_size: int = 2):
-    return CrashOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag)
+def crashing_chat_env(*, num_envs: int, tok, crash_on_step: int, group_size: int = 2):
+    return CrashOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step)
 
 
 def expected_rewards(task_id: int) -> list[float]:

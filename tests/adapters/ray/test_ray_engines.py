@@ -37,7 +37,7 @@ def test_engine_deaths_restart_at_the_pushed_weights_then_raise(ray_cluster, tin
             group.generate([[-3, 4]], greedy)
         assert group.versions() == [1, 1]
 
-        with RayCollector(chat_spec(tiny_tok), group, SAMPLING, num_workers=2, episodes_per_batch=4, seed=0) as collector:
+        with RayCollector(chat_spec(tiny_tok), group, SAMPLING, num_workers=1, episodes_per_batch=4, seed=0) as collector:
             first = collector.next_batch()
             ray.kill(group.handle(0))  # worker 0's engine dies; the next step retries on its replacement
             later = collector.collect(3)
