@@ -82,7 +82,9 @@ def env_kwargs(args, tokenizer) -> dict[str, Any]:
 
 
 def rate(collector, seconds: float) -> float:
-    """Episodes per second over batches collected for about ``seconds``."""
+    """Episodes per second over batches collected for about ``seconds``. The first batch is not timed: a Ray
+    worker keeps one step in flight while the other configurations run, which would flatter it."""
+    collector.next_batch()
     episodes, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         episodes += len(collector.next_batch())

@@ -82,7 +82,7 @@ class _WorkerSlot:
     groups: GroupBuffer
     actor: Any = None
     ref: Any = None  # the one call in flight (start or poll)
-    submitted_s: float = 0.0
+    deadline_s: float | None = None  # monotonic time after which the call counts as hung
     inflight: int = 0
     restarts: int = 0
 
@@ -113,7 +113,8 @@ class RayCollector:
             ``scheduling_strategy``, ``runtime_env``, ...).
         max_worker_restarts: replacements allowed per worker before :class:`EnvWorkerDiedError`.
         max_engine_restarts: replacements allowed per engine actor (when ``engines`` is a spec).
-        worker_timeout_s: a poll running longer than this counts as a dead worker (None: wait forever).
+        worker_timeout_s: a poll running longer than this counts as a dead worker (None: wait forever). A
+            (re)starting worker has ``start_timeout_s`` instead.
         start_timeout_s: how long actors may take to be placed and start.
     """
 
@@ -232,11 +233,11 @@ class RayCollector:
             sampling, want=self.mode, seed=seed, seed_stride=len(self._slots) * self._seed_stride,
             env_offset=slot.env_offset, group_offset=slot.group_offset, tokenizer=self.tokenizer,
             record_prompt_text=self.record_prompt_text)
-        slot.submitted_s = time.monotonic()
+        slot.deadline_s = time.monotonic() + self.start_timeout_s
 
     def _submit_poll(self, slot: _WorkerSlot) -> None:
         slot.ref = slot.actor.poll.remote(self.engines.handle(slot.engine_index), slot.engine_index, self.steps_per_poll)
-        slot.submitted_s = time.monotonic()
+        slot.deadline_s = None if self.worker_timeout_s is None else time.monotonic() + self.worker_timeout_s
 
     def _restart_worker(self, slot: _WorkerSlot, cause: BaseException) -> None:
         """Drop what the worker had in flight, end it, and start a replacement (or raise past the limit)."""
@@ -337,17 +338,18 @@ class RayCollector:
             self._absorb(slot, report)
             self._submit_poll(slot)
 
-    def _wait_s(self, slots: list[_WorkerSlot]) -> float | None:
-        if self.worker_timeout_s is None:
-            return None
-        now = time.monotonic()
-        return max(0.0, min(s.submitted_s + self.worker_timeout_s - now for s in slots))
+    @staticmethod
+    def _wait_s(slots: list[_WorkerSlot]) -> float | None:
+        deadlines = [s.deadline_s for s in slots if s.deadline_s is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _restart_overdue(self) -> None:
         now = time.monotonic()
         for slot in self._slots:
-            if slot.ref is not None and now - slot.submitted_s >= self.worker_timeout_s:
-                self._restart_worker(slot, TimeoutError(f"no answer within worker_timeout_s={self.worker_timeout_s}"))
+            if slot.ref is not None and slot.deadline_s is not None and now >= slot.deadline_s:
+                self._restart_worker(slot, TimeoutError(
+                    f"no answer within worker_timeout_s={self.worker_timeout_s} (start_timeout_s={self.start_timeout_s} "
+                    "while starting)"))
 
     def _engine_died(self, slot: _WorkerSlot, error: BaseException) -> None:
         info = getattr(error, "cause", None) or error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 
 import gymnasium as gym
@@ -41,22 +42,27 @@ def local_chat_env(tok, *, num_envs: int = 4, group_size: int = 2):
     return gym.make_vec("LLMChat-v0", num_envs=num_envs, group_size=group_size, **chat_kwargs(tok))
 
 
-class CrashOnStep(gym.vector.VectorWrapper):
-    """Ends its process with ``os._exit`` inside step number ``crash_on_step`` (of every process that builds it)."""
+class FailOnStep(gym.vector.VectorWrapper):
+    """Fails inside step number ``crash_on_step``: the first process to create the file ``flag`` ends itself with
+    ``os._exit``; every later one hangs (a stuck tool or verifier)."""
 
-    def __init__(self, env, crash_on_step: int):
+    def __init__(self, env, crash_on_step: int, flag: str):
         super().__init__(env)
-        self.crash_on_step, self.steps = crash_on_step, 0
+        self.crash_on_step, self.flag, self.steps = crash_on_step, flag, 0
 
     def step(self, actions):
         self.steps += 1
         if self.steps == self.crash_on_step:
+            try:
+                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                time.sleep(3600)
             os._exit(1)
         return self.env.step(actions)
 
 
-def crashing_chat_env(*, num_envs: int, tok, crash_on_step: int, group_size: int = 2):
-    return CrashOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step)
+def failing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str, group_size: int = 2):
+    return FailOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag)
 
 
 def expected_rewards(task_id: int) -> list[float]:

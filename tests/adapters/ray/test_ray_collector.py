@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
-                           crashing_chat_env, local_chat_env)
+                           failing_chat_env, local_chat_env)
 
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
@@ -42,8 +42,8 @@ def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_
 
 def test_steps_mode(ray_cluster, hf_engines, tiny_tok):
     with RayCollector(chat_spec(tiny_tok, num_envs=4), hf_engines, SAMPLING, steps_per_batch=6, seed=0,
-                      steps_per_poll=2) as collector:
-        steps = collector.next_batch() + collector.next_batch()
+                      steps_per_poll=2, max_batches=2) as collector:
+        steps = [s for batch in collector for s in batch]
         assert collector.stats.env_steps >= 3
     assert len(steps) == 12 and all(isinstance(s, StepRecord) for s in steps)
     assert {s.env_index for s in steps} == {0, 1, 2, 3}
@@ -83,19 +83,21 @@ def test_killed_worker_is_replaced_and_its_episodes_dropped(ray_cluster, hf_engi
             check_complete(trajectory, hf_engine)  # nothing half-done came out
 
 
-def test_worker_exiting_mid_step_is_replaced_until_the_limit(ray_cluster, hf_engines, hf_engine, tiny_tok):
-    # Every incarnation finishes groups at steps 1 and 2 (tasks of 1 and 2 turns), then exits inside step 3.
-    spec = EnvSpec(crashing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3)
+def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cluster, hf_engines, hf_engine,
+                                                                         tiny_tok, tmp_path):
+    # Every incarnation finishes groups in steps 1-2; in step 3 the first exits, its replacement hangs.
+    spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"))
     batches = []
-    with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1) as collector:
+    with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
+                      worker_timeout_s=10) as collector:
         deadline = time.monotonic() + 180
-        with pytest.raises(EnvWorkerDiedError, match="after 1 restart.*max_worker_restarts=1"):
+        with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
             while time.monotonic() < deadline:
                 batches.append(collector.next_batch())
         stats = collector.stats
         with pytest.raises(RuntimeError, match="Make a new RayCollector"):
             collector.next_batch()
-    assert stats.worker_restarts == 1 and stats.episodes_dropped == 8  # four running episodes per death
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 8  # four running episodes per failure
     delivered = {t.group_id for b in batches for t in b}
     assert delivered & {0, 1} and delivered & {2, 3} and delivered <= {0, 1, 2, 3}  # both incarnations; fresh ids
     for batch in batches:
