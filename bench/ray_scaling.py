@@ -99,7 +99,7 @@ def start_ray(address: str | None) -> Any:
         return ray
     saved = os.environ.get("PYTHONPATH")  # the actors import this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "adapters")] + ([saved] if saved else []))
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
     return ray
 
 

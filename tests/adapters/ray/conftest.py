@@ -12,13 +12,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """``ray.init(num_cpus=2)`` on this machine; the actors import this checkout (PYTHONPATH), not an installed copy."""
+    """A new local cluster (``address="local"``: never a cluster someone started on this machine), 2 CPUs; the
+    actors import this checkout (PYTHONPATH), not an installed copy."""
     import ray
 
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "adapters")] + ([saved] if saved else []))
     try:  # the raylet and every worker process inherit this environment (OMP_NUM_THREADS=1 included)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  object_store_memory=256 << 20)
     finally:
         if saved is None:
