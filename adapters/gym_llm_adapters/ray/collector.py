@@ -196,7 +196,12 @@ class RayCollector:
         actors = [self._worker_cls.remote() for _ in range(num_workers)]
         self._slots = []  # filled below; close() ends the actors if anything fails
         self._pending_actors = actors
-        infos = ray.get([a.build.remote(self.env_spec) for a in actors], timeout=self.start_timeout_s)
+        try:
+            infos = ray.get([a.build.remote(self.env_spec) for a in actors], timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"{num_workers} env worker(s) did not start within start_timeout_s={self.start_timeout_s:.0f}; free in "
+                f"the cluster: {ray.available_resources()}. Lower num_workers / worker_options or add nodes.") from None
         group_sizes = {info.group_size for info in infos}
         if len(group_sizes) != 1:
             raise ValueError(f"All env workers must have the same group_size, got {sorted(group_sizes)}.")

@@ -201,6 +201,8 @@ class EngineGroup:
         refs = [self._slots[i].actor.info.remote() for i in indices]
         try:
             infos = ray.get(refs, timeout=self.start_timeout_s)
+        except ray.exceptions.RayActorError as e:
+            raise RuntimeError(f"An engine actor failed to start with {self.spec!r}: {e}") from None
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(
                 f"Engine actors did not start within {self.start_timeout_s:.0f} s. Requested per actor: "

@@ -12,7 +12,7 @@ import numpy as np
 import ray.cloudpickle
 
 import gym_llm  # noqa: F401  (registers the env ids)
-from gym_llm_adapters.engines import SamplingConfig
+from gym_llm_adapters.engines import HFEngine, SamplingConfig
 from gym_llm_adapters.ray import EnvSpec
 from gym_llm_adapters.types import Trajectory
 
@@ -53,9 +53,7 @@ class FailOnStep(gym.vector.VectorWrapper):
     def step(self, actions):
         self.steps += 1
         if self.steps == self.crash_on_step:
-            try:
-                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
+            if not claim(self.flag):
                 time.sleep(3600)
             os._exit(1)
         return self.env.step(actions)
@@ -63,6 +61,30 @@ class FailOnStep(gym.vector.VectorWrapper):
 
 def failing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str, group_size: int = 2):
     return FailOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag)
+
+
+def claim(flag: str) -> bool:
+    """True in the first process that creates the file ``flag``."""
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+class FlakyHFEngine(HFEngine):
+    """The real transformers engine with one injected failure: generate call number ``fail_on_call`` of the first
+    process to claim ``flag`` raises."""
+
+    def __init__(self, *args, fail_on_call: int, flag: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.fail_on_call, self.flag = 0, fail_on_call, flag
+
+    def _generate_ids(self, prompts, sampling):
+        self.calls += 1
+        if self.calls == self.fail_on_call and claim(self.flag):
+            raise RuntimeError("injected engine failure")
+        return super()._generate_ids(prompts, sampling)
 
 
 def expected_rewards(task_id: int) -> list[float]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import ray
 import torch
-from ray_test_envs import SAMPLING, chat_spec, check_complete, check_groups
+from ray_test_envs import SAMPLING, FlakyHFEngine, chat_spec, check_complete, check_groups
 
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
 from gym_llm_adapters.ray import EngineCallError, EngineDiedError, EngineGroup, EngineSpec, PackedWeights, RayCollector
@@ -23,9 +23,11 @@ def test_packed_weights_round_trip_every_dtype():
         assert restored[name].dtype == tensor.dtype and torch.equal(restored[name], tensor), name
 
 
-def test_engine_deaths_restart_at_the_pushed_weights_then_raise(ray_cluster, tiny_model_path, tiny_tok, hf_engine):
+def test_engine_failures_lose_nothing_and_deaths_restart_at_the_pushed_weights(ray_cluster, tiny_model_path, tiny_tok,
+                                                                              hf_engine, tmp_path):
     policy = HFEngine(tiny_model_path)  # the "trainer's" copy
-    with EngineGroup(EngineSpec("hf", tiny_model_path), num_engines=2, max_restarts=1) as group:
+    spec = EngineSpec(FlakyHFEngine, tiny_model_path, fail_on_call=3, flag=str(tmp_path / "failed"))
+    with EngineGroup(spec, num_engines=2, max_restarts=1) as group:
         greedy = SamplingConfig(max_tokens=6, temperature=0.0)
         prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
         assert [c.token_ids.tolist() for c in group.generate(prompts, greedy)] == \
@@ -38,7 +40,10 @@ def test_engine_deaths_restart_at_the_pushed_weights_then_raise(ray_cluster, tin
         assert group.versions() == [1, 1]
 
         with RayCollector(chat_spec(tiny_tok), group, SAMPLING, num_workers=1, episodes_per_batch=4, seed=0) as collector:
-            first = collector.next_batch()
+            with pytest.raises(EngineCallError, match="injected engine failure"):  # engine 0's 3rd generate call
+                collector.next_batch()
+            first = collector.next_batch()  # the worker kept its state: collection goes on
+            assert collector.stats.worker_restarts == 0 and collector.stats.episodes_dropped == 0
             ray.kill(group.handle(0))  # worker 0's engine dies; the next step retries on its replacement
             later = collector.collect(3)
             stats = collector.stats
