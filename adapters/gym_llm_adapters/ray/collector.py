@@ -184,8 +184,9 @@ class RayCollector:
                              "for GRPO groups make the env with group_size=G.")
         if (episodes_per_batch is None) == (steps_per_batch is None):
             raise ValueError("Give exactly one of episodes_per_batch= (episodes mode) or steps_per_batch= (steps mode).")
-        for name, value, low in (("batch size", episodes_per_batch or steps_per_batch, 1), ("num_workers", num_workers, 1),
-                                 ("steps_per_poll", steps_per_poll, 1), ("max_worker_restarts", max_worker_restarts, 0)):
+        checks = (("batch size", episodes_per_batch or steps_per_batch, 1), ("num_workers", num_workers, 1),
+                  ("steps_per_poll", steps_per_poll, 1), ("max_worker_restarts", max_worker_restarts, 0))
+        for name, value, low in checks:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"RayCollector {name} must be an int >= {low}, got {value!r}.")
 
@@ -258,14 +259,16 @@ class RayCollector:
         if slot.restarts >= self.max_worker_restarts:
             self._broken = EnvWorkerDiedError(
                 f"Env worker {slot.index} failed ({type(cause).__name__}: {cause}) after {slot.restarts} restart(s); "
-                f"max_worker_restarts={self.max_worker_restarts}. Fix the env (see the worker's log) or allow more restarts.")
+                f"max_worker_restarts={self.max_worker_restarts}. Fix the env (see the worker's log) or allow more "
+                "restarts.")
             raise self._broken from cause
         slot.restarts += 1
         self.stats.worker_restarts += 1
         logger.warning("Env worker %d failed (%s: %.200s); restarting it (%d/%d). Dropped %d in-flight episode(s) and "
                        "%d finished episode(s) of incomplete groups.", slot.index, type(cause).__name__, cause,
                        slot.restarts, self.max_worker_restarts, dropped, orphaned)
-        slot.group_offset, self._next_group_offset = self._next_group_offset, self._next_group_offset + slot.num_envs // self.group_size
+        slot.group_offset = self._next_group_offset  # fresh group ids: no clash with the dead worker's groups
+        self._next_group_offset += slot.num_envs // self.group_size
         slot.actor = self._worker_cls.remote()
         slot.actor.build.remote(self.env_spec)  # start() raises what build() raised
         self._submit_start(slot, incarnation=slot.restarts)
@@ -425,7 +428,10 @@ class RayCollector:
 def _own_arrays(record: Trajectory | StepRecord) -> None:
     """Arrays that come out of Ray's object store are read-only views of shared memory; the batch gets its own
     writable copies (a local collector's records are writable, and torch warns on read-only arrays)."""
-    names = ("token_ids", "policy_mask", "logprobs") if isinstance(record, Trajectory) else ("prompt_ids", "completion_ids", "logprobs")
+    if isinstance(record, Trajectory):
+        names = ("token_ids", "policy_mask", "logprobs")
+    else:
+        names = ("prompt_ids", "completion_ids", "logprobs")
     for name in names:
         value = getattr(record, name)
         if not value.flags.writeable:

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -88,6 +87,12 @@ def _writable(x: Any) -> Any:
     return np.array(x) if isinstance(x, np.ndarray) and not x.flags.writeable else x
 
 
+def _call_error(index: int, method: str, error: BaseException) -> EngineCallError:
+    """An :class:`EngineCallError` for a Ray task error (the engine's own exception is its ``cause``)."""
+    cause = error.cause if getattr(error, "cause", None) is not None else error
+    return EngineCallError(f"engine actor {index} failed in {method}: {type(cause).__name__}: {cause}")
+
+
 def _actor_id(handle: Any) -> str:
     return handle._actor_id.hex()
 
@@ -138,8 +143,7 @@ class RemoteEngine:
         except ray.exceptions.RayActorError as e:
             raise EngineUnavailableError(self.index, _actor_id(self.handle), f"{type(e).__name__}: {e}") from None
         except ray.exceptions.RayTaskError as e:
-            cause = e.cause if getattr(e, "cause", None) is not None else e
-            raise EngineCallError(f"engine actor {self.index} failed in {method}: {type(cause).__name__}: {cause}") from None
+            raise _call_error(self.index, method, e) from None
 
 
 @dataclasses.dataclass
@@ -297,8 +301,8 @@ class EngineGroup:
         calls = []
         for c in range(E):
             lo, hi = int(bounds[c]), int(bounds[c + 1])
-            chunk_sampling = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + lo * sampling.n)
-            calls.append((c, "generate", (prompts[lo:hi], chunk_sampling)))
+            seed = None if sampling.seed is None else sampling.seed + lo * sampling.n
+            calls.append((c, "generate", (prompts[lo:hi], dataclasses.replace(sampling, seed=seed))))
         return [c for part in self._run(calls) for c in part]
 
     def logprobs(self, sequences: Sequence[Any]) -> list[np.ndarray]:
@@ -359,8 +363,7 @@ class EngineGroup:
                 self.restart(i, dead_actor_id=_actor_id(handle), cause=e)
                 out.append(self._version if restored else self._with_restarts(i, method, *args))
             except ray.exceptions.RayTaskError as e:  # wait for the other calls before raising
-                cause = e.cause if getattr(e, "cause", None) is not None else e
-                failure = failure or EngineCallError(f"engine actor {i} failed in {method}: {type(cause).__name__}: {cause}")
+                failure = failure or _call_error(i, method, e)
                 out.append(None)
         if failure is not None:
             raise failure
@@ -376,8 +379,7 @@ class EngineGroup:
             except ray.exceptions.RayActorError as e:
                 self.restart(index, dead_actor_id=_actor_id(handle), cause=e)
             except ray.exceptions.RayTaskError as e:
-                cause = e.cause if getattr(e, "cause", None) is not None else e
-                raise EngineCallError(f"engine actor {index} failed in {method}: {type(cause).__name__}: {cause}") from None
+                raise _call_error(index, method, e) from None
 
     # ------------------------------------------------------------------------------- misc
     def close(self, timeout_s: float = 30.0) -> None:

@@ -47,7 +47,8 @@ class EnvSpec:
 
     def __init__(self, env: str | Callable[..., Any], *, num_envs: int | None = None, **kwargs: Any):
         if not (isinstance(env, str) or callable(env)):
-            raise TypeError(f"EnvSpec needs an env id (str) or a factory returning a VectorEnv, got {type(env).__name__}.")
+            raise TypeError(
+                f"EnvSpec needs an env id (str) or a factory returning a VectorEnv, got {type(env).__name__}.")
         if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1):
             raise ValueError(f"EnvSpec num_envs must be an int >= 1, got {num_envs!r}.")
         self.env, self.num_envs, self.kwargs = env, num_envs, dict(kwargs)
@@ -115,7 +116,8 @@ class EngineSpec:
 
     def __repr__(self) -> str:
         kind = self.kind if isinstance(self.kind, str) else getattr(self.kind, "__qualname__", repr(self.kind))
-        return f"EngineSpec({kind!r}, args={self.args!r:.60}, kwargs={sorted(self.kwargs)}, thread_safe={self.thread_safe})"
+        return (f"EngineSpec({kind!r}, args={self.args!r:.60}, kwargs={sorted(self.kwargs)}, "
+                f"thread_safe={self.thread_safe})")
 
 
 class EngineUnavailableError(RuntimeError):
