@@ -54,8 +54,6 @@ class FixedLatencyEngine(EngineBase):
     server whose batch latency does not depend on the batch size.
     """
 
-    thread_safe = True
-
     def __init__(self, tokenizer: Any, *, reply: str, latency_s: float, version: int = 0):
         super().__init__(tokenizer, version=version)
         self.reply_ids = np.asarray(tokenizer.encode(reply, add_special_tokens=False), dtype=np.int64)
