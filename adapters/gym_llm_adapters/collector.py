@@ -242,20 +242,14 @@ class Collector:
 
     def next_batch(self) -> list[Trajectory] | list[StepRecord]:
         """Step the envs until a full batch is ready; write it (if a writer is set) and return it."""
-        if self._broken is not None:
-            raise RuntimeError(
-                f"An env step failed earlier ({type(self._broken).__name__}: {self._broken}); the envs' state is "
-                "unknown. Call collector.reset() to start over."
-            )
+        self._check_not_broken()
         start = time.perf_counter()
         try:
             if not self._started:
                 self.reset()
             self._open_progress()
             while not self._batch_ready():
-                shard = self._shards[self._turn % len(self._shards)]
-                self._turn += 1
-                self._advance(shard)
+                self.advance()
             batch = self._take_batch()
             if self.writer is not None:
                 self.writer.write(batch)
@@ -266,6 +260,25 @@ class Collector:
             self.stats.wall_s += time.perf_counter() - start
             if self._bar is not None:
                 self._bar.set_postfix(tok_s=f"{self.stats.tokens_per_s:.0f}", ep_s=f"{self.stats.episodes_per_s:.2f}")
+
+    def advance(self) -> None:
+        """One vector step of the next env (shard, round-robin): generate for its sub-envs, step it, and
+        record the results (step records and finished trajectories go to the batch buffers, or to the
+        sinks a subclass redirects them to: :meth:`_on_step`, :meth:`_on_episode`). :meth:`next_batch`
+        calls it until a batch is ready; the Ray env workers call it directly."""
+        self._check_not_broken()
+        if not self._started:
+            self.reset()
+        shard = self._shards[self._turn % len(self._shards)]
+        self._turn += 1
+        self._advance(shard)
+
+    def _check_not_broken(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(
+                f"An env step failed earlier ({type(self._broken).__name__}: {self._broken}); the envs' state is "
+                "unknown. Call collector.reset() to start over."
+            )
 
     def collect(self, num_batches: int) -> list[list[Trajectory] | list[StepRecord]]:
         """The next ``num_batches`` batches as a list."""
@@ -376,21 +389,29 @@ class Collector:
             self.stats.steps += 1
             self.stats.prompt_tokens += len(completion.prompt_ids)
             self.stats.generated_tokens += len(completion.token_ids)
-            if self.mode == "steps":
-                self._steps.append(record)
+            self._on_step(record)
             if not done:
                 self._observe(shard, i, obs_i)
                 continue
             final_ids = _token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
             trajectory = builder.finish(final_ids, step_info.get("policy_mask") if shard.mode == "tokens" else None)
             self.stats.episodes += 1
-            if self.mode == "episodes":
-                self._groups.add(trajectory)
+            self._on_episode(trajectory)
             if same_step:
                 self._start_episode(shard, i, obs_i, info_i)
             else:
                 shard.builders[i] = None
                 shard.pending_reset[i] = True
+
+    def _on_step(self, record: StepRecord) -> None:
+        """Where a finished step goes (steps mode: the batch buffer)."""
+        if self.mode == "steps":
+            self._steps.append(record)
+
+    def _on_episode(self, trajectory: Trajectory) -> None:
+        """Where a finished episode goes (episodes mode: the group buffer, released by whole groups)."""
+        if self.mode == "episodes":
+            self._groups.add(trajectory)
 
     # ---------------------------------------------------------------------------- episodes
     def _start_episode(self, shard: _Shard, i: int, obs: Any, info: dict[str, Any]) -> None:

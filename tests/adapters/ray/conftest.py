@@ -1,0 +1,40 @@
+"""A real local Ray cluster for the Ray adapter tests (one per session), and a shared transformers engine actor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A new local cluster (``address="local"``: never a cluster someone started on this machine), 2 CPUs; the
+    actors import this checkout (PYTHONPATH), not an installed copy."""
+    import ray
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "adapters")] + ([saved] if saved else []))
+    try:  # the raylet and every worker process inherit this environment (OMP_NUM_THREADS=1 included)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 object_store_memory=256 << 20)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def hf_engines(ray_cluster, tiny_model_path):
+    """One transformers engine actor on the tiny checkpoint, shared by the tests that never change its weights."""
+    from gym_llm_adapters.ray import EngineGroup, EngineSpec
+
+    group = EngineGroup(EngineSpec("hf", tiny_model_path))
+    yield group
+    group.close()

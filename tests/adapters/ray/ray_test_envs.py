@@ -1,0 +1,130 @@
+"""Envs and checks shared by the Ray tests. Ray pickles this module by value, so actors need not import it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+
+import gymnasium as gym
+import numpy as np
+import ray.cloudpickle
+
+import gym_llm  # noqa: F401  (registers the env ids)
+from gym_llm_adapters.engines import HFEngine, SamplingConfig
+from gym_llm_adapters.ray import EnvSpec
+from gym_llm_adapters.types import Trajectory
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# Episodes take 1 + len(follow_ups) turns; the reward of turn t is len(messages) = 2t.
+TASKS = [{"prompt": "Say hi.", "follow_ups": []},
+         {"prompt": "Count to three.", "follow_ups": ["Again."]},
+         {"prompt": "Name a colour.", "follow_ups": ["Another.", "One more."]}]
+SAMPLING = SamplingConfig(max_tokens=12, temperature=1.0)
+
+
+def reward_fn(task, messages) -> float:
+    return float(len(messages))
+
+
+def chat_kwargs(tok, **kwargs) -> dict:
+    return dict(vectorization_mode="vector_entry_point", prompts=TASKS, mode="tokens", tokenizer=tok, max_turns=3,
+                max_seq_len=384, max_action_tokens=16, reward_fn=reward_fn, **kwargs)
+
+
+def chat_spec(tok, *, num_envs: int = 4, group_size: int = 2, **kwargs) -> EnvSpec:
+    return EnvSpec("LLMChat-v0", num_envs=num_envs, group_size=group_size, **chat_kwargs(tok, **kwargs))
+
+
+def local_chat_env(tok, *, num_envs: int = 4, group_size: int = 2):
+    return gym.make_vec("LLMChat-v0", num_envs=num_envs, group_size=group_size, **chat_kwargs(tok))
+
+
+class FailOnStep(gym.vector.VectorWrapper):
+    """Fails inside step number ``crash_on_step``: the first process to create the file ``flag`` ends itself with
+    ``os._exit``; every later one hangs (a stuck tool or verifier)."""
+
+    def __init__(self, env, crash_on_step: int, flag: str):
+        super().__init__(env)
+        self.crash_on_step, self.flag, self.steps = crash_on_step, flag, 0
+
+    def step(self, actions):
+        self.steps += 1
+        if self.steps == self.crash_on_step:
+            if not claim(self.flag):
+                time.sleep(3600)
+            os._exit(1)
+        return self.env.step(actions)
+
+
+def failing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str, group_size: int = 2):
+    return FailOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag)
+
+
+def claim(flag: str) -> bool:
+    """True in the first process that creates the file ``flag``."""
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+class FlakyHFEngine(HFEngine):
+    """The real transformers engine with one injected failure: generate call number ``fail_on_call`` of the first
+    process to claim ``flag`` raises."""
+
+    def __init__(self, *args, fail_on_call: int, flag: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.fail_on_call, self.flag = 0, fail_on_call, flag
+
+    def _generate_ids(self, prompts, sampling):
+        self.calls += 1
+        if self.calls == self.fail_on_call and claim(self.flag):
+            raise RuntimeError("injected engine failure")
+        return super()._generate_ids(prompts, sampling)
+
+
+def expected_rewards(task_id: int) -> list[float]:
+    return [2.0 * t for t in range(1, 2 + len(TASKS[task_id]["follow_ups"]))]
+
+
+def check_complete(trajectory: Trajectory, engine) -> None:
+    """A whole, token-exact episode: every turn's reward, consistent tokens/masks, and log-probs that ``engine``
+    (the weights that sampled it) recomputes by teacher forcing."""
+    assert trajectory.token_exact and trajectory.terminated and not trajectory.truncated
+    assert trajectory.rewards == expected_rewards(trajectory.task_id)  # a half-done episode would miss turns
+    assert [s.turn for s in trajectory.steps] == list(range(1, len(trajectory.steps) + 1))
+    assert all(s.env_index == trajectory.env_index and s.group_id == trajectory.group_id for s in trajectory.steps)
+    sequence, sampled = trajectory.token_ids, trajectory.policy_mask.astype(bool)
+    for step in trajectory.steps:  # every turn conditioned on a prefix of the sequence
+        n, k = len(step.prompt_ids), len(step.completion_ids)
+        assert sequence[:n].tolist() == step.prompt_ids.tolist()
+        assert sequence[n: n + k].tolist() == step.completion_ids.tolist() and sampled[n: n + k].all()
+    assert sampled.sum() == sum(len(s.completion_ids) for s in trajectory.steps)
+    assert trajectory.logprobs[sampled].tolist() == np.concatenate([s.logprobs for s in trajectory.steps]).tolist()
+    teacher, = engine.logprobs([trajectory.token_ids])
+    np.testing.assert_allclose(teacher[sampled], trajectory.logprobs[sampled], atol=1e-4)
+
+
+def check_groups(batch: list[Trajectory], group_size: int) -> None:
+    counts = Counter((t.group_id, t.round) for t in batch)
+    assert set(counts.values()) == {group_size}, counts
+    for key in counts:
+        members = [t for t in batch if (t.group_id, t.round) == key]
+        assert len({t.task_id for t in members}) == 1
+        assert len({t.env_index for t in members}) == group_size
+
+
+def assert_same_trajectory(got: Trajectory, want: Trajectory) -> None:
+    for name in ("env_index", "group_id", "round", "task_id", "rewards", "versions", "terminated", "truncated",
+                 "prompt_length", "token_exact"):
+        assert getattr(got, name) == getattr(want, name), name
+    assert got.token_ids.tolist() == want.token_ids.tolist()
+    assert got.policy_mask.tolist() == want.policy_mask.tolist()
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+    for a, b in zip(got.steps, want.steps, strict=True):
+        assert (a.prompt_text, a.completion_text, a.finish_reason, a.info) == (b.prompt_text, b.completion_text,
+                                                                                b.finish_reason, b.info)

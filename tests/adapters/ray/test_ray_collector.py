@@ -1,0 +1,119 @@
+"""The Ray collector on a real local Ray cluster: same batches as the local collector, and env workers killed for real."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
+                           failing_chat_env, local_chat_env)
+
+from gym_llm_adapters.collector import Collector
+from gym_llm_adapters.engines import SamplingConfig
+from gym_llm_adapters.ray import EngineSpec, EnvSpec, EnvWorkerDiedError, RayCollector
+from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts
+from gym_llm_adapters.types import RolloutBatch, StepRecord
+
+
+def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_engine, tiny_tok, tmp_path):
+    writer = RolloutWriter(tmp_path / "rollouts.jsonl")
+    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, num_workers=2, episodes_per_batch=4, seed=3,
+                      ordered=True, writer=writer) as collector:
+        remote = collector.collect(3)
+        stats = collector.stats
+    local = Collector([local_chat_env(tiny_tok), local_chat_env(tiny_tok)], hf_engine, SAMPLING,
+                      episodes_per_batch=4, seed=3).collect(3)
+    for got_batch, want_batch in zip(remote, local, strict=True):  # the same seeds give the same batches
+        assert len(got_batch) == 4
+        check_groups(got_batch, 2)
+        for got, want in zip(got_batch, want_batch, strict=True):
+            assert_same_trajectory(got, want)
+            check_complete(got, hf_engine)
+    trajectories = [t for b in remote for t in b]
+    assert {t.env_index for t in trajectories} <= set(range(8)) and {t.env_index // 4 for t in trajectories} == {0, 1}
+    assert len({len(t.steps) for t in trajectories}) > 1  # multi-turn groups of different lengths came out whole
+    assert len(read_rollouts(tmp_path / "rollouts.jsonl")) == 12
+    assert stats.batches == 3 and stats.episodes >= 12 and stats.env_steps >= 6 and stats.generated_tokens > 0
+    assert stats.steps >= sum(len(t.steps) for t in trajectories) and stats.worker_restarts == 0
+    padded = RolloutBatch.from_trajectories(remote[0], pad_id=tiny_tok.pad_token_id)
+    assert padded.policy_mask.sum() == sum(t.num_policy_tokens for t in remote[0])
+
+
+def test_steps_mode(ray_cluster, hf_engines, tiny_tok):
+    with RayCollector(chat_spec(tiny_tok, num_envs=4), hf_engines, SAMPLING, steps_per_batch=6, seed=0,
+                      steps_per_poll=2, max_batches=2) as collector:
+        steps = [s for batch in collector for s in batch]
+        assert collector.stats.env_steps >= 3
+    assert len(steps) == 12 and all(isinstance(s, StepRecord) for s in steps)
+    assert {s.env_index for s in steps} == {0, 1, 2, 3}
+    assert all(s.group_id == s.env_index // 2 and s.version == hf_engines.version for s in steps)
+    for s in steps:
+        assert s.reward == 2.0 * s.turn and s.prompt_text == tiny_tok.decode(s.prompt_ids.tolist())
+
+
+def run_until(collector, done, timeout_s: float = 180.0) -> list:
+    """Batches until ``done(collector, batches)`` holds (bounded, so a regression fails instead of hanging).
+    The live workers keep delivering while a replacement starts, so this may take many batches."""
+    batches, start = [], time.monotonic()
+    while not done(collector, batches):
+        assert time.monotonic() - start < timeout_s, collector.stats
+        batches.append(collector.next_batch())
+    return batches
+
+
+def replaced(first_new_group: int):
+    """Done when a worker was restarted and its replacement (fresh group ids) has delivered a group."""
+    return lambda c, batches: c.stats.worker_restarts == 1 and any(
+        t.group_id >= first_new_group for b in batches for t in b)
+
+
+def test_killed_worker_is_replaced_and_its_episodes_dropped(ray_cluster, hf_engines, hf_engine, tiny_tok):
+    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, episodes_per_batch=4, seed=0) as collector:
+        before = collector.next_batch()
+        victim = collector.workers[0]
+        ray.kill(victim)  # the process ends at once, whatever it was doing
+        after = run_until(collector, replaced(first_new_group=2))
+        stats = collector.stats
+        assert collector.workers[0]._actor_id != victim._actor_id
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4  # the worker's four running episodes
+    for batch in [before, *after]:
+        check_groups(batch, 2)
+        for trajectory in batch:
+            check_complete(trajectory, hf_engine)  # nothing half-done came out
+
+
+def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cluster, hf_engines, hf_engine,
+                                                                         tiny_tok, tmp_path):
+    # Every incarnation finishes groups in steps 1-2; in step 3 the first exits, its replacement hangs.
+    spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"))
+    batches = []
+    with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
+                      worker_timeout_s=10) as collector:
+        deadline = time.monotonic() + 180
+        with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
+            while time.monotonic() < deadline:
+                batches.append(collector.next_batch())
+        stats = collector.stats
+        with pytest.raises(RuntimeError, match="Make a new RayCollector"):
+            collector.next_batch()
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 8  # four running episodes per failure
+    delivered = {t.group_id for b in batches for t in b}
+    assert delivered & {0, 1} and delivered & {2, 3} and delivered <= {0, 1, 2, 3}  # both incarnations; fresh ids
+    for batch in batches:
+        check_groups(batch, 2)
+        for trajectory in batch:
+            check_complete(trajectory, hf_engine)
+
+
+def test_bad_settings_are_refused(ray_cluster, hf_engines, tiny_tok):
+    with pytest.raises(ValueError, match="exceeds the env's longest action"):  # checked inside the worker
+        RayCollector(chat_spec(tiny_tok), hf_engines, SamplingConfig(max_tokens=64), episodes_per_batch=2)
+    with pytest.raises(ValueError, match="group_size=G"):
+        RayCollector(chat_spec(tiny_tok), hf_engines, SamplingConfig(n=2), episodes_per_batch=2)
+    with pytest.raises(TypeError, match="EngineGroup or an EngineSpec"):
+        RayCollector(chat_spec(tiny_tok), "hf", SAMPLING, episodes_per_batch=2)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        EngineSpec("tgi", "model")
+    with pytest.raises(TypeError, match="env id .* or a factory"):
+        EnvSpec(42)
