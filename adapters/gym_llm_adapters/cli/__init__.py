@@ -1,0 +1,50 @@
+"""The ``gym-llm`` command: ``list``, ``play``, ``eval`` and ``train`` (see ``gym-llm --help``).
+
+Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser and sets
+``func`` (called with the parsed namespace; returns the exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+__all__ = ["main", "build_parser"]
+
+_SUBCOMMANDS = ("list_envs", "play", "evaluate", "train")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gym-llm",
+        description="Gymnasium environments for LLM post-training: list, play, evaluate and train.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"gym_llm_adapters.cli.{name}")
+        except ModuleNotFoundError as exc:  # a subcommand not written yet, or an extra not installed
+            if exc.name and exc.name.startswith("gym_llm_adapters.cli"):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from gym_llm_adapters.cli import main
+
+sys.exit(main())

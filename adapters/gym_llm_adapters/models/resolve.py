@@ -1,0 +1,58 @@
+"""Turn a ``--model`` argument into a local checkpoint folder, without the Hugging Face hub.
+
+* ``tiny`` — a small random-init Qwen2-architecture model with a locally trained tokenizer
+  (:func:`gym_llm_adapters.models.tiny.tiny_model_dir`), built once and cached.
+* ``tiny-qwen2`` — the same with Qwen2's real 151k-token tokenizer.
+* an existing folder — used as it is.
+* anything else — returned unchanged, so transformers/vLLM treat it as a hub id (needs a hub).
+
+Embedded names are listed in :data:`EMBEDDED_MODELS`; more (e.g. ``smollm2``) register there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["EMBEDDED_MODELS", "resolve_model", "register_model"]
+
+
+def _tiny() -> Path:
+    from gym_llm_adapters.models.tiny import tiny_model_dir
+
+    return tiny_model_dir()
+
+
+def _tiny_qwen2() -> Path:
+    from gym_llm_adapters.models.tiny import tiny_model_dir
+
+    return tiny_model_dir(tokenizer="qwen2")
+
+
+#: name -> (one-line description, builder returning the checkpoint folder)
+EMBEDDED_MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
+    "tiny": ("random-init 2-layer Qwen2 (~0.2M params) + small local BPE tokenizer; built offline", _tiny),
+    "tiny-qwen2": ("random-init 2-layer Qwen2 with Qwen2's real tokenizer (151k vocab); built offline", _tiny_qwen2),
+}
+
+
+def register_model(name: str, description: str, builder: Callable[[], Path]) -> None:
+    """Add an embedded model name that :func:`resolve_model` understands."""
+    EMBEDDED_MODELS[name] = (description, builder)
+
+
+def resolve_model(spec: str | Path) -> str:
+    """Return a path (as ``str``) or hub id for ``spec``; embedded names are built/converted on first use."""
+    text = str(spec)
+    if text in EMBEDDED_MODELS:
+        return str(EMBEDDED_MODELS[text][1]())
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").exists():
+            raise ValueError(
+                f"--model {text!r}: expected a checkpoint folder with config.json, got {path} "
+                f"({'a file' if path.is_file() else 'a folder without config.json'}). Pass the folder that "
+                f"save_pretrained wrote, or one of the embedded names: {', '.join(EMBEDDED_MODELS)}."
+            )
+        return str(path)
+    return text
