@@ -7,6 +7,11 @@ in round ``r`` gets task ``stream_g(r)`` whatever order the members' episodes fi
 the vector env returns exactly what :class:`gymnasium.vector.SyncVectorEnv` over scalar envs returns
 for the same seeds (same autoreset mode), apart from ``group_id``.
 
+``task_assignment="partition"`` makes the groups share one stream instead (sub-env 0's) and split each
+round between them: group ``g`` in round ``r`` gets ``stream(r * num_groups + g)``, so the groups of a
+round hold *distinct* tasks and an epoch of the stream visits every task once (no parity with
+``SyncVectorEnv`` then). Use it for evaluation over a dataset and for better data coverage in training.
+
 Autoreset: ``SAME_STEP`` by default — a finished sub-env is reset inside the same ``step``, its
 terminal observation and info are in ``info["final_obs"]``/``info["final_info"]`` (masks
 ``info["_final_obs"]``/``info["_final_info"]``) and the returned reward/terminated/truncated are the
@@ -17,7 +22,7 @@ terminal step's. Every batch is then all live episodes, which is what LLM batchi
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from gymnasium.error import ResetNeeded
@@ -90,6 +95,9 @@ def _batch_values(key: str, where: Any, values: list[Any], num_envs: int) -> Any
     return array
 
 
+TaskAssignment = Literal["per_group", "partition"]
+
+
 class LLMVectorEnv(VectorEnv):
     """Native vector env over an :class:`~gym_llm.core.episode.EnvCore`.
 
@@ -98,6 +106,8 @@ class LLMVectorEnv(VectorEnv):
         num_envs: N, the number of sub-envs; a multiple of ``group_size``.
         group_size: G, sub-envs per GRPO group (all members of a group get the same task per round).
         autoreset_mode: a :class:`gymnasium.vector.AutoresetMode` or its string value.
+        task_assignment: ``"per_group"`` (default; every group walks its own seeded stream, like scalar envs)
+            or ``"partition"`` (groups split one shared stream: distinct tasks per round; see the module doc).
         num_workers: threads for the sub-envs' ``respond`` phase (tools, verifiers); 0 runs inline.
             Default: inline unless the env declares slow responses.
         render_mode: ``"ansi"`` or None.
@@ -114,6 +124,7 @@ class LLMVectorEnv(VectorEnv):
         *,
         group_size: int = 1,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        task_assignment: TaskAssignment = "per_group",
         num_workers: int | None = None,
         render_mode: str | None = None,
     ):
@@ -132,7 +143,10 @@ class LLMVectorEnv(VectorEnv):
             ) from e
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be 'ansi' or None, got {render_mode!r}.")
+        if task_assignment not in ("per_group", "partition"):
+            raise ValueError(f"task_assignment must be 'per_group' or 'partition', got {task_assignment!r}.")
         self.core = core
+        self.task_assignment = task_assignment
         self.num_envs = int(num_envs)
         self.group_size = int(group_size)
         self.num_groups = self.num_envs // self.group_size
@@ -210,7 +224,7 @@ class LLMVectorEnv(VectorEnv):
                 task_seeds[i] = int(self._rngs[i].integers(TASK_SEED_BOUND))
         n = len(self.core.tasks)
         for i, task_seed in task_seeds.items():
-            leader = (i // self.group_size) * self.group_size
+            leader = 0 if self.task_assignment == "partition" else (i // self.group_size) * self.group_size
             seed_of_group = task_seeds.get(leader)
             if seed_of_group is None:  # the leader was not reseeded: follow its existing stream
                 seed_of_group = self._streams[leader].seed if self._streams[leader] else task_seed
@@ -219,7 +233,10 @@ class LLMVectorEnv(VectorEnv):
 
     def _start(self, i: int, forced) -> tuple[Any, dict[str, Any]]:
         self._rounds[i] += 1
-        task = forced if forced is not None else self.core.tasks[self._streams[i].task_index(int(self._rounds[i]))]
+        position = int(self._rounds[i])
+        if self.task_assignment == "partition":  # groups split each round of the shared stream
+            position = position * self.num_groups + int(self._group_ids[i])
+        task = forced if forced is not None else self.core.tasks[self._streams[i].task_index(position)]
         observation, info = self.episodes[i].start(task)
         info["task_id"] = task.task_id
         info["group_id"] = int(self._group_ids[i])

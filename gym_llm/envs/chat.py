@@ -159,6 +159,8 @@ class LLMChatVectorEnv(LLMVectorEnv):
     """Native vector env of :class:`LLMChatEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`)."""
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
         super().__init__(build_chat_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode, num_workers=num_workers, render_mode=render_mode)
+                         autoreset_mode=autoreset_mode,
+                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)

@@ -15,7 +15,8 @@ from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, load_records
 
-__all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "DEFAULT_GSM8K_PROMPT"]
+__all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "generate_arithmetic",
+           "DEFAULT_GSM8K_PROMPT"]
 
 DEFAULT_GSM8K_PROMPT = (
     "{question}\n\nSolve the problem step by step. On the last line, write the final answer as "
@@ -23,7 +24,7 @@ DEFAULT_GSM8K_PROMPT = (
 )
 """The default prompt; ``{question}`` is replaced by the problem text."""
 
-GSM8KSource = Literal["file", "hub", "gsm_symbolic"]
+GSM8KSource = Literal["file", "hub", "gsm_symbolic", "arithmetic"]
 
 
 def load_gsm8k_tasks(
@@ -36,6 +37,7 @@ def load_gsm8k_tasks(
     split: str = "test",
     num_generated: int = 1_000,
     generator_seed: int = 0,
+    max_operand: int = 9,
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
 ) -> list[Task]:
     """GSM8K tasks from the first source given (see :class:`LLMGSM8KEnv` for the arguments).
@@ -53,6 +55,8 @@ def load_gsm8k_tasks(
         records = load_records(data_files)
     elif source == "gsm_symbolic":
         records = _generate_gsm_symbolic(num_generated, generator_seed)
+    elif source == "arithmetic":
+        records = generate_arithmetic(num_generated, generator_seed, max_operand=max_operand)
     elif source in (None, "hub"):
         try:
             records = load_hub_dataset(dataset_name, dataset_config, split)
@@ -65,7 +69,7 @@ def load_gsm8k_tasks(
                 "  3. generated:     source='gsm_symbolic'  (offline, reasoning-gym: pip install 'gym-llm[gsm_symbolic]')"
             ) from e
     else:
-        raise ValueError(f"source must be 'file', 'hub', 'gsm_symbolic' or None, got {source!r}.")
+        raise ValueError(f"source must be 'file', 'hub', 'gsm_symbolic', 'arithmetic' or None, got {source!r}.")
     out = []
     for index, record in enumerate(records):
         if not isinstance(record, dict) or "question" not in record or "answer" not in record:
@@ -88,6 +92,27 @@ def _generate_gsm_symbolic(size: int, seed: int) -> list[dict[str, Any]]:
         ) from e
     dataset = reasoning_gym.create_dataset("gsm_symbolic", size=int(size), seed=int(seed))
     return [{"question": row["question"], "answer": str(row["answer"])} for row in dataset]
+
+
+def generate_arithmetic(size: int, seed: int, *, max_operand: int = 9) -> list[dict[str, Any]]:
+    """``size`` addition problems ``a + b`` with ``0 <= a, b <= max_operand``, in GSM8K's record format.
+
+    The ``answer`` field is a worked solution like GSM8K's (``"3 + 4 = 7\\n#### 7"``), so it doubles as
+    a supervised target. Made for smoke tests and the CPU training demo: a tiny model learns it in
+    minutes. Deterministic in ``(size, seed, max_operand)``; needs no dependency.
+
+    >>> generate_arithmetic(2, 0, max_operand=5)
+    [{'question': 'What is 5 + 3?', 'answer': '5 + 3 = 8\\n#### 8'}, {'question': 'What is 3 + 1?', 'answer': '3 + 1 = 4\\n#### 4'}]
+    """
+    import numpy as np
+
+    if isinstance(max_operand, bool) or not isinstance(max_operand, int) or max_operand < 1:
+        raise ValueError(f"max_operand must be an int >= 1, got {max_operand!r}.")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"num_generated must be an int >= 1, got {size!r}.")
+    operands = np.random.default_rng(seed).integers(0, max_operand + 1, size=(size, 2))
+    return [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
+            for a, b in operands.tolist()]
 
 
 class GSM8KHandler:
@@ -126,6 +151,7 @@ def build_gsm8k_core(
     split: str = "test",
     num_generated: int = 1_000,
     generator_seed: int = 0,
+    max_operand: int = 9,
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
     format_reward: float = 0.0,
     reward_fn: Any = None,
@@ -137,7 +163,7 @@ def build_gsm8k_core(
     task_list = load_gsm8k_tasks(
         data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
         dataset_config=dataset_config, split=split, num_generated=num_generated,
-        generator_seed=generator_seed, prompt_template=prompt_template,
+        generator_seed=generator_seed, max_operand=max_operand, prompt_template=prompt_template,
     )
     return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn), ChatConfig(**chat_kwargs),
                          task_order=task_order, tools=tools, max_tool_calls_per_turn=max_tool_calls_per_turn)
@@ -178,8 +204,10 @@ class LLMGSM8KEnv(LLMEnv):
     ## Arguments
     * ``data_files``: a local GSM8K ``.jsonl`` (``question``/``answer`` per line) — or a list of them.
     * ``source``: ``"gsm_symbolic"`` to generate problems offline with reasoning-gym
-      (``num_generated``, ``generator_seed``); ``"hub"``/None loads ``dataset_name`` (default
-      ``openai/gsm8k``, config ``main``, ``split``) through ``datasets``.
+      (``num_generated``, ``generator_seed``); ``"arithmetic"`` for generated ``a + b`` problems with
+      operands up to ``max_operand`` (no dependency; the CPU training demo's task, see
+      :func:`generate_arithmetic`); ``"hub"``/None loads ``dataset_name`` (default ``openai/gsm8k``,
+      config ``main``, ``split``) through ``datasets``.
     * ``tasks``: records (or a ``datasets.Dataset``) with ``question``/``answer`` instead of a file.
     * ``tools``: :mod:`gym_llm.tools` tools (``PythonTool``, ``MCPTool``); calls in a reply are run and
       answered with ``tool`` messages until a reply without calls is scored (raise ``max_turns``);
@@ -205,6 +233,8 @@ class LLMGSM8KVectorEnv(LLMVectorEnv):
     """Native vector env of :class:`LLMGSM8KEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`)."""
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
         super().__init__(build_gsm8k_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode, num_workers=num_workers, render_mode=render_mode)
+                         autoreset_mode=autoreset_mode,
+                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)

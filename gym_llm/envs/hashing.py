@@ -179,9 +179,11 @@ class LLMHashingVectorEnv(LLMVectorEnv):
     """
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  render_mode: str | None = None, copy: bool = True, num_workers: int | None = None, **kwargs: Any):
         core = build_hashing_core(**kwargs)
-        super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode, num_workers=0,
+        super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
+                         task_assignment=task_assignment, num_workers=0,
                          render_mode=render_mode)
         hashing: HashingCore = core.extra["hashing"]
         self.chains = TokenChains(hashing, self.num_envs)

@@ -237,6 +237,7 @@ class LLMIFEvalVectorEnv(LLMVectorEnv):
     """
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  num_workers: int | None = None, render_mode: str | None = None,
                  scoring_workers: int | None = None, **kwargs: Any):
         if scoring_workers is None:
@@ -244,5 +245,6 @@ class LLMIFEvalVectorEnv(LLMVectorEnv):
         if num_workers is None:  # two replies in flight per process: a worker never waits for the next one
             num_workers = 2 * scoring_workers
         super().__init__(build_ifeval_core(scoring_workers=scoring_workers, **kwargs), num_envs,
-                         group_size=group_size, autoreset_mode=autoreset_mode, num_workers=num_workers,
+                         group_size=group_size, autoreset_mode=autoreset_mode,
+                         task_assignment=task_assignment, num_workers=num_workers,
                          render_mode=render_mode)

@@ -104,10 +104,12 @@ class LLMPythonToolVectorEnv(LLMVectorEnv):
     """Native vector env of :class:`LLMPythonToolEnv`; ``num_workers`` defaults to ``num_envs``."""
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
         core = build_python_tool_core(**kwargs)
         try:
             super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
+                             task_assignment=task_assignment,
                              num_workers=num_envs if num_workers is None else num_workers, render_mode=render_mode)
         except BaseException:
             core.close()

@@ -283,6 +283,8 @@ class LLMTokensVectorEnv(LLMVectorEnv):
     """Native vector env of :class:`LLMTokensEnv`."""
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group",
                  num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
         super().__init__(build_tokens_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode, num_workers=num_workers, render_mode=render_mode)
+                         autoreset_mode=autoreset_mode,
+                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)

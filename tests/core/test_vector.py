@@ -101,6 +101,42 @@ def test_groups_share_tasks_per_round_whatever_the_finish_order():
     assert group_tasks[1] == expected
 
 
+@pytest.mark.parametrize("order", ["shuffle", "sequential"])
+def test_partition_gives_the_groups_of_a_round_distinct_tasks_and_covers_an_epoch(order):
+    """task_assignment="partition": 7 tasks, 3 groups of 2 whose members finish in different orders."""
+    envs = gym.make_vec("LLMChat-v0", num_envs=6, group_size=2, prompts=PROMPTS, user_simulator=_end_on_bye,
+                        max_turns=4, task_order=order, task_assignment="partition")
+    _, info = envs.reset(seed=5)
+    tasks: dict[tuple[int, int], set[int]] = defaultdict(set)
+
+    def record(info):
+        for i in np.flatnonzero(info["_task_id"]):
+            tasks[(int(info["group_id"][i]), int(info["round"][i]))].add(int(info["task_id"][i]))
+
+    record(info)
+    rng = np.random.default_rng(2)
+    for _ in range(60):
+        _, _, _, _, info = envs.step(_actions(rng, 6))
+        record(info)
+        if "final_info" in info:
+            record(info["final_info"])
+    assert all(len(t) == 1 for t in tasks.values()), tasks  # members of a group share the task
+    rounds = min(max(r for g2, r in tasks if g2 == g) for g in range(3))  # rounds every group completed
+    assert rounds >= 4
+    # position r * num_groups + g of one stream: an epoch of 7 positions visits every task exactly once
+    by_position = {r * 3 + g: next(iter(t)) for (g, r), t in tasks.items()}
+    for epoch_start in range(0, 7 * ((3 * rounds) // 7), 7):
+        assert sorted(by_position[p] for p in range(epoch_start, epoch_start + 7)) == list(range(7))
+    for r in range(rounds):  # the groups of a round hold distinct tasks
+        assert len({by_position[r * 3 + g] for g in range(3)}) == 3
+    envs.close()
+
+
+def test_task_assignment_is_checked():
+    with pytest.raises(ValueError, match="task_assignment must be 'per_group' or 'partition'"):
+        gym.make_vec("LLMChat-v0", num_envs=2, task_assignment="random")
+
+
 def test_same_step_keeps_terminal_reward_and_info(gsm8k_test_file):
     envs = gym.make_vec("LLMGSM8K-v0", num_envs=4, group_size=2, data_files=gsm8k_test_file)
     obs, info = envs.reset(seed=0)

@@ -54,6 +54,22 @@ def test_gsm_symbolic_source_generates_offline():
     assert env.step(f"#### {task.answer}")[1] == 1.0
 
 
+def test_arithmetic_source_generates_scorable_problems_with_worked_answers():
+    env = gym.make("LLMGSM8K-v0", source="arithmetic", num_generated=50, generator_seed=1, max_operand=4)
+    tasks = env.unwrapped.core.tasks
+    assert len(tasks) == 50
+    for task in tasks:
+        a, b = (int(x) for x in task.data["question"].removeprefix("What is ").removesuffix("?").split(" + "))
+        assert 0 <= a <= 4 and 0 <= b <= 4 and task.answer == str(a + b)
+    env.reset(seed=0)
+    task = env.unwrapped.episode.task
+    assert env.step(task.data["answer"])[1] == 1.0  # the worked answer is a correct reply (an SFT target)
+    env.reset()
+    assert env.step(f"#### {int(env.unwrapped.episode.task.answer) + 1}")[1] == 0.0
+    with pytest.raises(ValueError, match="max_operand must be an int >= 1"):
+        gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=0)
+
+
 def test_unreachable_hub_error_lists_the_three_options():
     code = "import gymnasium as gym, gym_llm\ngym.make('LLMGSM8K-v0')"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
