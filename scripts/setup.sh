@@ -44,16 +44,24 @@ case ",$EXTRAS," in
     # its ifeval modules are imported, so its (heavy) dependencies are not needed.
     "$PY" -m pip install --quiet --no-deps "lm-eval==0.4.13" ;;
 esac
-# The browser tool drives the system's Chromium (Playwright's own browser download is not used).
-if ! command -v chromium >/dev/null 2>&1; then
+# System libraries come from Debian's packages, installed when this runs as root with apt-get (else a
+# warning says what to install): Chromium for the browser tool (Playwright's own browser download is
+# not used) and libseccomp2 for the sandboxed Python tool's seccomp filters.
+apt_updated=
+apt_install() {  # apt_install PACKAGE WHAT_NEEDS_IT
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "gym-llm set-up: installing Debian's chromium for the browser tool"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    echo "gym-llm set-up: installing Debian's $1 for $2"
+    if { [ -n "$apt_updated" ] || apt-get update -qq; } \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null; then
+      apt_updated=1
+    else
+      echo "warning: installing $1 failed; $2 needs it" >&2
+    fi
   else
-    echo "warning: chromium is missing; the browser tool needs it (sudo apt-get install chromium)" >&2
+    echo "warning: $1 is missing; $2 needs it (sudo apt-get install $1)" >&2
   fi
-fi
-if ! ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2"; then
-  echo "warning: libseccomp2 is missing; the sandboxed Python tool needs it (apt-get install libseccomp2)" >&2
-fi
+}
+command -v chromium >/dev/null 2>&1 || apt_install chromium "the browser tool"
+# (a here-string, not a pipe: with pipefail, grep -q quitting early could fail the pipeline)
+grep -q "libseccomp.so.2" <<<"$(ldconfig -p 2>/dev/null)" || apt_install libseccomp2 "the sandboxed Python tool"
 "$PY" -c "import gym_llm, gymnasium; print('gym-llm', gym_llm.__version__, 'ready:', len(gym_llm.ENVS), 'envs')"

@@ -12,19 +12,33 @@ __all__ = ["load_records", "read_jsonl", "load_hub_dataset"]
 PathLike = str | os.PathLike
 
 
+_TASK_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet")
+
+
+def _require_file(path: Path, kind: str) -> None:
+    """Raise ``FileNotFoundError`` unless ``path`` is a file (``kind``: e.g. ``".jsonl"``); the message
+    says what to pass instead."""
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix.lower() in _TASK_FILE_SUFFIXES and p.is_file())
+        example = repr(str(path / (inside[0] if inside else f"<name>{kind.split()[0]}")))
+        holds = f" (it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''})" if inside else ""
+        raise FileNotFoundError(
+            f"{str(path)!r} is a directory, not a task file{holds}. Pass the path of a {kind} file in it, "
+            f"e.g. {example}, or a list of such paths."
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"Task file not found: {str(path)!r}. Pass the path of an existing {kind} file.")
+
+
 def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
     """Records of a JSON-lines file (one JSON object per line; blank lines skipped).
 
     Raises:
-        FileNotFoundError: the file does not exist (the message says what to pass instead).
+        FileNotFoundError: the file does not exist or is a directory (the message says what to pass instead).
         ValueError: a line is not a JSON object (the message names the line).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Task file not found: {str(path)!r}. Pass the path of an existing .jsonl file "
-            "(one JSON object per line)."
-        )
+    _require_file(path, ".jsonl")  # one JSON object per line
     records = []
     try:
         with path.open("r", encoding="utf-8") as f:
@@ -40,8 +54,6 @@ def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
                 records.append(record)
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e}); pass a UTF-8 .jsonl file.") from e
-    except IsADirectoryError as e:
-        raise FileNotFoundError(f"{path} is a directory; pass the path of a .jsonl file.") from e
     if not records:
         raise ValueError(f"{path} holds no records; it must have at least one JSON object line.")
     return records
@@ -52,8 +64,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     if suffix in (".jsonl", ".ndjson"):
         return read_jsonl(path)
     if suffix == ".json":
-        if not path.is_file():
-            raise FileNotFoundError(f"Task file not found: {str(path)!r}; pass an existing .json or .jsonl file.")
+        _require_file(path, ".json or .jsonl")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:  # JSON lines with a .json suffix
@@ -64,8 +75,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path} must hold a JSON list of records (or {{'data': [...]}}).")
         return list(data)
     if suffix == ".parquet":
-        if not path.is_file():
-            raise FileNotFoundError(f"Task file not found: {str(path)!r}; pass an existing .parquet file.")
+        _require_file(path, ".parquet")
         try:
             import pyarrow.parquet as pq
         except ImportError as e:

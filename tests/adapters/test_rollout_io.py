@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,22 @@ def same(a, b) -> bool:
     return True
 
 
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Every ``os.fsync`` as ``(path, size)`` of its fd at that moment (a folder: its sorted entries);
+    each call then goes to the real ``fsync``."""
+    calls = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        calls.append((path, sorted(os.listdir(path)) if os.path.isdir(path) else os.fstat(fd).st_size))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
 @pytest.mark.parametrize("name", ["r.jsonl", "r.parquet"])
 def test_round_trip_of_steps_and_trajectories(tmp_path, name):
     records = [trajectory(0), step(1)]
@@ -50,6 +68,36 @@ def test_round_trip_of_steps_and_trajectories(tmp_path, name):
     with RolloutWriter(tmp_path / name) as writer:  # reopening appends
         writer.write([step(2)])
     assert [r.env_index for r in read_rollouts(tmp_path / name)] == [0, 1, 2]
+
+
+def test_jsonl_file_is_fsynced_once_per_batch_after_the_whole_batch(tmp_path, fsyncs):
+    path = tmp_path / "r.jsonl"
+    with RolloutWriter(path) as writer:
+        for i in range(3):
+            writer.write([trajectory(i), step(i)])
+            assert len(fsyncs) == i + 1  # one fsync per write()
+        writer.write([])  # an empty batch: nothing to make durable
+    assert [fsynced_path for fsynced_path, _ in fsyncs] == [str(path.resolve())] * 3
+    # each fsync came when the file held exactly the complete lines of every batch so far
+    data = path.read_bytes()
+    lines_then = [(data[:size].count(b"\n"), data[size - 1:size]) for _, size in fsyncs]
+    assert lines_then == [(2, b"\n"), (4, b"\n"), (6, b"\n")]
+    assert fsyncs[-1][1] == len(data)
+
+
+def test_parquet_part_is_fsynced_before_its_rename_then_the_folder(tmp_path, fsyncs):
+    folder = tmp_path / "r.parquet"
+    with RolloutWriter(folder) as writer:
+        writer.write([step(0)])
+        writer.write([trajectory(1), step(2)])
+    resolved = str(folder.resolve())
+    part0, part1 = folder / "part-000000.parquet", folder / "part-000001.parquet"
+    assert fsyncs == [
+        (f"{resolved}/part-000000.parquet.tmp", part0.stat().st_size),  # the whole part, under its temporary name
+        (resolved, ["part-000000.parquet"]),  # the folder, once the rename is in it
+        (f"{resolved}/part-000001.parquet.tmp", part1.stat().st_size),
+        (resolved, ["part-000000.parquet", "part-000001.parquet"]),
+    ]
 
 
 def test_a_partial_last_line_is_skipped_then_cut_before_appending(tmp_path, caplog):

@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 import gym_llm  # noqa: F401  (registers the ids)
 from gym_llm.core.messages import Message
+from tests.envs.vector_checks import assert_same, without
 
 PROMPTS = [{"prompt": f"Question {i}?", "follow_ups": ["More?"] * (i % 3)} for i in range(7)]
 
@@ -28,24 +29,6 @@ def _actions(rng, n):
     return tuple("bye" if rng.random() < 0.4 else f"reply {rng.integers(100)}" for _ in range(n))
 
 
-def _assert_infos_equal(a: dict, b: dict, skip=("group_id", "_group_id")):
-    assert set(a) - set(skip) == set(b) - set(skip)
-    for key in a:
-        if key in skip:
-            continue
-        if isinstance(a[key], dict):
-            _assert_infos_equal(a[key], b[key], skip)
-        elif a[key].dtype == object:
-            assert len(a[key]) == len(b[key])
-            for x, y in zip(a[key], b[key]):
-                if isinstance(x, dict):
-                    _assert_infos_equal(x, y, skip)
-                else:
-                    assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
-        else:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
 def test_native_equals_sync_vector_env(mode):
     kwargs = dict(prompts=PROMPTS, user_simulator=_end_on_bye, reward_fn=_reward, max_turns=3)
@@ -57,7 +40,7 @@ def test_native_equals_sync_vector_env(mode):
     obs_n, info_n = native.reset(seed=7)
     obs_s, info_s = sync.reset(seed=7)
     assert obs_n == obs_s
-    _assert_infos_equal(info_n, info_s)
+    assert_same(without(info_n, "group_id"), info_s)  # group_id: only the native env has groups
     rng = np.random.default_rng(0)
     for _ in range(25):
         actions = _actions(rng, 4)
@@ -65,7 +48,7 @@ def test_native_equals_sync_vector_env(mode):
         assert out_n[0] == out_s[0]
         for x, y in zip(out_n[1:4], out_s[1:4]):
             np.testing.assert_array_equal(x, y)
-        _assert_infos_equal(out_n[4], out_s[4])
+        assert_same(without(out_n[4], "group_id"), out_s[4])
     native.close(), sync.close()
 
 

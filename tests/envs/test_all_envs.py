@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gym_llm
 from tests.envs.cases import CASES, env_cases, make_kwargs
+from tests.envs.vector_checks import assert_same, without
 
 CASE_IDS = [f"{i}-{n}" for i, n in env_cases()]
 
@@ -48,25 +49,18 @@ def test_vector_entry_point_matches_sync(env_id, case):
     sync = gym.make_vec(env_id, num_envs=3, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
     native.action_space.seed(0)
-    obs_n, _ = native.reset(seed=11)
-    obs_s, _ = sync.reset(seed=11)
-    _assert_obs_equal(obs_n, obs_s)
+    obs_n, info_n = native.reset(seed=11)
+    obs_s, info_s = sync.reset(seed=11)
+    assert_same(obs_n, obs_s)
+    assert_same(without(info_n, "group_id"), info_s)  # group_id: only the native env has groups
     for _ in range(6):
         actions = native.action_space.sample()
         out_n, out_s = native.step(actions), sync.step(actions)
-        _assert_obs_equal(out_n[0], out_s[0])
+        assert_same(out_n[0], out_s[0])
         for a, b in zip(out_n[1:4], out_s[1:4]):
             np.testing.assert_array_equal(a, b)
-        assert set(out_n[4]) - {"group_id", "_group_id"} == set(out_s[4])
+        assert_same(without(out_n[4], "group_id"), out_s[4])
     native.close(), sync.close()
-
-
-def _assert_obs_equal(a, b):
-    if isinstance(a, dict):
-        for key in a:
-            np.testing.assert_array_equal(a[key], b[key])
-    else:
-        assert a == b
 
 
 def _state(env):

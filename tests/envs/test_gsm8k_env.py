@@ -98,6 +98,26 @@ def test_bad_files_and_records(tmp_path):
         gym.make("LLMGSM8K-v0", data_files=empty)
 
 
+def test_a_directory_as_data_files_says_it_is_one_and_what_to_pass(tmp_path):
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError, match="is a directory, not a task file") as excinfo:
+        gym.make("LLMGSM8K-v0", data_files=folder)
+    assert "not found" not in str(excinfo.value) and repr(f"{folder}/<name>.jsonl") in str(excinfo.value)
+    (folder / "test.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "#### 2"}) + "\n")
+    (folder / "notes.txt").write_text("not a task file")
+    expected = r"\(it holds test\.jsonl\)\. Pass the path of a \.jsonl file in it"
+    with pytest.raises(FileNotFoundError, match=expected) as excinfo:
+        gym.make("LLMGSM8K-v0", data_files=str(folder))
+    assert f"e.g. {str(folder / 'test.jsonl')!r}" in str(excinfo.value)
+    env = gym.make("LLMGSM8K-v0", data_files=folder / "test.jsonl")  # the file the message names works
+    assert len(env.unwrapped.core.tasks) == 1
+    parts = tmp_path / "parts.parquet"
+    parts.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"is a directory, not a task file\. Pass the path of a \.parquet"):
+        gym.make("LLMGSM8K-v0", data_files=parts)
+
+
 def test_datasets_dataset_source(gsm8k_test_file):
     import datasets
 

@@ -197,6 +197,61 @@ def test_incremental_text_with_qwen_multibyte(qwen_tokenizer):
     assert all("\ufffd" not in t for t in texts)  # half characters wait for their other bytes
 
 
+class _CountingTokenizer:
+    """A real tokenizer that records how many ids each decode call gets, on either decode path: the
+    Rust backend's ``decode_batch`` (``batch_backend``) or the tokenizer's own ``decode``."""
+
+    def __init__(self, tokenizer, batch_backend: bool):
+        self._tokenizer = tokenizer
+        self.decoded_lengths: list[int] = []
+        self.backend_tokenizer = _CountingBackend(tokenizer.backend_tokenizer, self) if batch_backend else None
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def __len__(self):
+        return len(self._tokenizer)
+
+    def decode(self, ids, **kwargs):
+        self.decoded_lengths.append(len(ids))
+        return self._tokenizer.decode(ids, **kwargs)
+
+
+class _CountingBackend:
+    def __init__(self, backend, counter: _CountingTokenizer):
+        self._backend, self._counter = backend, counter
+
+    def decode_batch(self, sequences, **kwargs):
+        self._counter.decoded_lengths.extend(len(ids) for ids in sequences)
+        return self._backend.decode_batch(sequences, **kwargs)
+
+
+@pytest.mark.parametrize("batch_backend", [True, False], ids=["rust-batch", "decode"])
+def test_text_output_decodes_only_a_bounded_window_per_step(tiny_tok, batch_backend):
+    from gym_llm.envs.detok import _WINDOW_TOKENS
+
+    tok = _CountingTokenizer(tiny_tok, batch_backend)
+    generated = tiny_tok.encode("The quick brown fox jumps over the lazy dog. " * 12, add_special_tokens=False)[:200]
+    assert len(generated) == 200
+    envs = LLMHashingVectorEnv(2, prompts=["Once upon a time"], tokenizer=tok, max_seq_len=256, text_output=True,
+                               eos_token_ids=())
+    obs, _ = envs.reset(seed=0)
+    per_step = []
+    for t in generated:
+        tok.decoded_lengths.clear()
+        obs = envs.step(np.array([t, t]))[0]
+        per_step.append(list(tok.decoded_lengths))
+    assert _chain(obs, 0).size > 200
+    # every step decodes a window of the newest ids (plus, now and then, a window restart), not the sequence
+    assert all(0 < len(lengths) <= 4 for lengths in per_step)  # one or two ids lists per row
+    assert max(max(lengths) for lengths in per_step) <= _WINDOW_TOKENS + 1
+    assert max(max(lengths) for lengths in per_step[-50:]) == max(max(lengths) for lengths in per_step[:50])
+    full = tiny_tok.decode(_chain(obs, 0).tolist(), skip_special_tokens=False)
+    assert obs["text"] == (full, full)
+    envs.close()
+
+
+_TEXT_ENVS: dict = {}
 _TEXT_ENVS: dict = {}
 
 

@@ -167,6 +167,25 @@ def test_native_vector_env_matches_sync_vector_env(tool):
     assert tool._pool is not None  # the shared tool stays attached: the fixture still uses it
 
 
+def test_native_vector_env_runs_the_tool_calls_of_all_sub_envs_in_parallel(tool):
+    n, sleep_s = 4, 0.5
+    envs = gym.make_vec("LLMPythonTool-v0", num_envs=n, vectorization_mode="vector_entry_point", tasks=TASKS,
+                        python_tool=tool)
+    try:
+        assert envs.unwrapped._pool._max_workers == n  # the default: one worker thread per sub-env
+        envs.reset(seed=0)
+        envs.step(tuple(code("import time") for _ in range(n)))  # every sub-env leases its sandbox first
+        timed = f"start = time.time()\ntime.sleep({sleep_s})\nprint(start, time.time())"
+        _, _, _, _, info = envs.step(tuple(code(timed) for _ in range(n)))
+        assert [json.loads(c)[0]["status"] for c in info["tool_calls"]] == ["ok"] * n
+        # (start, end) as recorded inside each sandbox: all n calls were running at one instant
+        intervals = [tuple(map(float, episode.messages[-1].content.split())) for episode in envs.unwrapped.episodes]
+        assert all(end - start >= sleep_s for start, end in intervals)
+        assert max(start for start, _ in intervals) < min(end for _, end in intervals), intervals
+    finally:
+        envs.close()
+
+
 def test_make_vec_native_and_async(tool):
     native = gym.make_vec("LLMPythonTool-v0", num_envs=2, vectorization_mode="vector_entry_point", tasks=TASKS,
                           python_tool=tool)

@@ -119,10 +119,58 @@ def test_scores_gsm8k_reference_solutions_as_correct(gsm8k_test_file):
     assert accuracy > 0.985
 
 
-def test_agrees_with_human_labels_on_real_model_solutions():
-    """Real GPT-3 solutions (OpenAI grade-school-math, MIT), each labelled by hand."""
-    path = Path(__file__).resolve().parents[1] / "data" / "gsm8k_model_solutions.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == 43 and 0 < sum(r["human_label"] for r in rows) < 43
-    mismatches = [(r["solution"][-60:], r["reference"]) for r in rows if (score(r["solution"], r["reference"]) == 1.0) != r["human_label"]]
+MODEL_SOLUTIONS = Path(__file__).resolve().parents[1] / "data" / "gsm8k_model_solutions.jsonl"
+
+
+def _model_solutions() -> list[dict]:
+    return [json.loads(line) for line in MODEL_SOLUTIONS.read_text(encoding="utf-8").splitlines()]
+
+
+def test_agrees_with_upstream_labels_on_real_model_solutions():
+    """Real GPT-3 solutions (OpenAI grade-school-math, MIT) ending in ``A: N``, with OpenAI's ``is_correct``."""
+    rows = _model_solutions()
+    assert len(rows) == 43 and 0 < sum(r["is_correct"] for r in rows) < 43
+    mismatches = [(r["solution"][-60:], r["reference"]) for r in rows
+                  if (score(r["solution"], r["reference"]) == 1.0) != r["is_correct"]]
     assert mismatches == []
+
+
+def _restyled(value: Fraction) -> list[tuple[str, str]]:
+    """The final answer ``value`` in the answer styles models write, with the scorer's method for each."""
+    plain = str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+    grouped = f"{value.numerator:,}" if value.denominator == 1 else plain
+    styles = [
+        (f"#### {plain}", "####"),
+        (f"####{grouped}", "####"),
+        (f"So the answer is $\\boxed{{{plain}}}$.", "boxed"),
+        (f"The final answer is \\boxed{{\\$ {grouped}}}", "boxed"),
+        (f"The answer is {plain}.", "statement"),
+        (f"Therefore, the answer is {grouped} in total.", "statement"),
+        (f"**Answer:** {grouped}", "statement"),
+        (f"A: ${grouped}", "statement"),
+        (f"Final Answer: {plain} units", "statement"),
+    ]
+    if value.denominator == 1:
+        styles.append((f"A: ${grouped}.00", "statement"))
+    else:  # a non-integer answer also as a fraction
+        styles += [(f"\\boxed{{\\frac{{{value.numerator}}}{{{value.denominator}}}}}", "boxed"),
+                   (f"The answer is {value.numerator}/{value.denominator}.", "statement")]
+    return styles
+
+
+def test_agrees_with_upstream_labels_in_other_answer_styles():
+    """The same solutions with their ``A: N`` line rewritten in other styles (``#### N``, ``\\boxed{}``,
+    "The answer is N", currency, thousands separators, units, fractions): the final answer's value does
+    not change, so neither does the label."""
+    checked, mismatches = 0, []
+    for row in _model_solutions():
+        body, sep, answer = row["solution"].rpartition("\nA: ")
+        if not sep:  # the one solution cut off before its answer
+            continue
+        value = Fraction(answer.replace(",", ""))
+        for final_line, method in _restyled(value):
+            g = grade(f"{body}\n{final_line}", row["reference"])
+            checked += 1
+            if (g.correct, g.method) != (row["is_correct"], method):
+                mismatches.append((final_line, row["reference"], row["is_correct"], g))
+    assert mismatches == [] and checked >= 42 * 9

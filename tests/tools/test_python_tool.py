@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -52,19 +59,78 @@ def test_errors_come_back_as_tracebacks_of_the_cell(session):
 
 
 def _descendants(pid: int) -> list[int]:
-    from pathlib import Path
-
     children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
                 for c in (t / "children").read_text().split()]
     return children + [d for c in children for d in _descendants(c)]
 
 
-def test_a_repl_killed_from_outside_is_replaced_on_the_next_call(session):
-    import os
-    import signal
-    import time
-    from pathlib import Path
+_SANDBOX_OWNER = """
+import json, time
+from gym_llm.tools import PythonTool, ToolCall
 
+tool = PythonTool(timeout_s=5.0, min_idle=1)
+tool.attach()
+session = tool.open_session()
+repl_pid = session.run(ToolCall("python", {"code": "import os\\nos.getpid()"})).content.strip()
+tool.pool.prewarm(2, wait=True)  # one in use, one idle
+bwrap_pids = [session._sandbox.process.pid] + [s.process.pid for s in tool.pool._idle]
+print(json.dumps({"bwrap": bwrap_pids, "repl_pid_in_sandbox": int(repl_pid)}), flush=True)
+time.sleep(120)
+"""
+
+
+def _identity(pid: int) -> tuple[int, str] | None:
+    """``(pid, start time)`` of a live (not zombie) process, else None; the start time tells a reused pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    return None if fields[0] in "ZX" else (pid, fields[19])
+
+
+def _namespace_pid(pid: int) -> int:
+    """The pid a process has inside its innermost pid namespace (the last ``NSpid`` field)."""
+    line = next(row for row in Path(f"/proc/{pid}/status").read_text().splitlines() if row.startswith("NSpid:"))
+    return int(line.split()[-1])
+
+
+def test_sandboxes_die_with_the_host_process():
+    """SIGKILL the host process: bwrap's --die-with-parent (PR_SET_PDEATHSIG) takes every sandbox process with it."""
+    repo = Path(__file__).resolve().parents[2]
+    owner = subprocess.Popen([sys.executable, "-c", _SANDBOX_OWNER], stdout=subprocess.PIPE, text=True, cwd=repo,
+                             env={**os.environ, "PYTHONPATH": str(repo)})
+    watched: list[tuple[int, str]] = []
+    try:
+        report = json.loads(owner.stdout.readline())
+        trees = {pid: [pid, *_descendants(pid)] for pid in report["bwrap"]}
+        # bwrap -> bwrap init -> zygote (-> REPL, and a pre-forked spare in the sandbox in use)
+        assert len(trees) == 2 and all(len(tree) >= 3 for tree in trees.values()), trees
+        in_use = trees[report["bwrap"][0]]
+        assert report["repl_pid_in_sandbox"] in [_namespace_pid(pid) for pid in in_use[1:]]  # the REPL is watched
+        watched = [identity for tree in trees.values() for pid in tree if (identity := _identity(pid))]
+        assert len(watched) == sum(len(tree) for tree in trees.values())
+        for pid, _ in watched:  # frozen: only the kernel's parent-death SIGKILLs can end them now, not
+            os.kill(pid, signal.SIGSTOP)  # e.g. the zygote noticing that its control socket closed
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 10.0
+        alive = watched
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [(pid, start) for pid, start in alive if _identity(pid) == (pid, start)]
+        assert alive == [], f"sandbox processes outlived their host process: {alive}"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for pid, start in watched:  # never leave a sandbox behind, even when the test fails
+            if _identity(pid) == (pid, start):
+                os.kill(pid, signal.SIGKILL)
+        owner.stdout.close()
+
+
+def test_a_repl_killed_from_outside_is_replaced_on_the_next_call(session):
     assert call(session, "x = 1\nimport os\nos.getpid()").status == "ok"
     sandbox = session._sandbox
     repl_host_pid = _descendants(sandbox.process.pid)[-1]  # bwrap -> init -> zygote -> REPL
@@ -200,8 +266,6 @@ def test_allow_subprocess_runs_children_and_uses_a_fresh_sandbox_per_episode():
 
 def test_forked_child_gets_its_own_pool(tool):
     """AsyncVectorEnv's fork workers inherit attached tools: they must not use the parent's sandboxes."""
-    import os
-
     parent_pool = tool.pool
     read_fd, write_fd = os.pipe()
     child = os.fork()
