@@ -4,50 +4,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
 from gym_llm_adapters.trl import EnvRolloutFunc, PromptIndex, env_dataset, trl_fields
-from gym_llm_adapters.types import Trajectory
 
-from trl_cases import TASK, TOOL_ENV
+from trl_cases import TASK, TOOL_ENV, check_trl_fields
 
 SAMPLING = SamplingConfig(max_tokens=24)
-
-
-def env_spans(trajectory: Trajectory) -> list[tuple[int, int]]:
-    """``[start, stop)`` of the tokens the env appended between turns, read off the observations: turn ``k+1``'s
-    observation is turn ``k``'s observation + its sampled ids + what the env added."""
-    spans = []
-    for before, after in zip(trajectory.steps, trajectory.steps[1:]):
-        start = len(before.prompt_ids) + len(before.completion_ids)
-        assert after.prompt_ids[:start].tolist() == before.prompt_ids.tolist() + before.completion_ids.tolist()
-        spans.append((start, len(after.prompt_ids)))
-    return spans
-
-
-def check_trl_fields(fields: dict, trajectories: list[Trajectory], tokenizer) -> int:
-    """The TRL fields are the trajectories, token-exact, with ``env_mask == 0`` exactly on env tokens; returns how
-    many env tokens were masked."""
-    masked = 0
-    for i, t in enumerate(trajectories):
-        P = len(t.steps[0].prompt_ids)
-        last = t.steps[-1]
-        full = last.prompt_ids.tolist() + last.completion_ids.tolist()  # what the env saw, in the end
-        assert fields["prompt_ids"][i] == full[:P] and fields["prompt_ids"][i] + fields["completion_ids"][i] == full
-        expected_mask = np.ones(len(full) - P, dtype=int)
-        for start, stop in env_spans(t):
-            expected_mask[start - P: stop - P] = 0
-            masked += stop - start
-            env_text = tokenizer.decode(full[start:stop])
-            assert env_text.startswith("\n<|im_start|>tool\n") and env_text.endswith("<|im_start|>assistant\n")
-        assert fields["env_mask"][i] == expected_mask.tolist()
-        sampled = np.concatenate([s.logprobs for s in t.steps]).tolist()
-        logprobs = np.asarray(fields["logprobs"][i])
-        assert logprobs[expected_mask == 1].tolist() == sampled and (logprobs[expected_mask == 0] == 0).all()
-        assert fields["env_reward"][i] == sum(s.reward for s in t.steps) and fields["num_turns"][i] == len(t.steps)
-    return masked
 
 
 @pytest.fixture(scope="module")
