@@ -24,11 +24,11 @@ Run from the checkout with gym-llm installed (``bash scripts/setup.sh``), or wit
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+
+from _common import parse_args, report  # examples/_common.py: flags from the dataclass, --tiny, the report
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
@@ -66,20 +66,6 @@ TINY = dict(use_vllm=False, max_steps=2, num_generations=4, per_device_train_bat
             max_turns=2, learning_rate=1e-4)
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, default=None)
-    given = {k: v for k, v in vars(parser.parse_args()).items() if v is not None}
-    defaults = TINY if given.get("tiny") else {}
-    return Args(**{**defaults, **given})
-
-
 def task_source(args: Args) -> dict:
     """The env arguments that choose the problems (shared by the dataset and the rollout function)."""
     if args.data_files:
@@ -90,7 +76,7 @@ def task_source(args: Args) -> dict:
 
 
 def main() -> dict:
-    args = parse_args()
+    args = parse_args(Args, {"tiny": TINY})
     from trl import GRPOConfig, GRPOTrainer
 
     from gym_llm_adapters.rollout_io import RolloutWriter
@@ -123,15 +109,8 @@ def main() -> dict:
     trainer.train()
     if rollout is not None:
         rollout.close()
-    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    for entry in logs:
-        print(f"step {entry['step']}: loss {entry['loss']:.4f} reward {entry['reward']:.3f} "
-              f"completion tokens {entry['completions/mean_length']:.1f}")
-    finite = all(math.isfinite(entry["loss"]) for entry in logs)
-    print(f"done: {len(logs)} steps, losses finite: {finite}")
-    if not args.tiny:
-        trainer.save_model(args.output_dir)
-    return {"steps": len(logs), "finite": finite}
+    metrics = {"reward": "reward", "completion tokens": "completions/mean_length"}
+    return report(trainer, metrics, save_to=None if args.tiny else args.output_dir)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@ Run from the checkout with gym-llm installed (``bash scripts/setup.sh``), or wit
 
 from __future__ import annotations
 
-import argparse
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+
+from _common import parse_args, report  # examples/_common.py: flags from the dataclass, --tiny, the report
 
 
 @dataclass
@@ -63,19 +63,6 @@ TINY = dict(num_tasks=2, group_size=2, num_batches=1, max_tokens=16, min_reward=
             per_device_train_batch_size=2, learning_rate=1e-4)
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, default=None)
-    given = {k: v for k, v in vars(parser.parse_args()).items() if v is not None}
-    return Args(**{**(TINY if given.get("tiny") else {}), **given})
-
-
 def sample_rollouts(args: Args, model: str, path: Path) -> None:
     """Sample ``num_batches`` batches of whole groups from the env and write them to ``path``."""
     import gymnasium as gym
@@ -104,7 +91,7 @@ def sample_rollouts(args: Args, model: str, path: Path) -> None:
 
 
 def main() -> dict:
-    args = parse_args()
+    args = parse_args(Args, {"tiny": TINY})
     from trl import SFTConfig, SFTTrainer
 
     from gym_llm_adapters.trl import sft_dataset
@@ -127,14 +114,7 @@ def main() -> dict:
                        logging_steps=1, save_strategy="no", report_to=[], seed=args.seed)
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset)
     trainer.train()
-    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    for entry in logs:
-        print(f"step {entry['step']}: loss {entry['loss']:.4f}")
-    finite = all(math.isfinite(entry["loss"]) for entry in logs)
-    print(f"done: {len(logs)} steps, losses finite: {finite}")
-    if not args.tiny:
-        trainer.save_model(args.output_dir)
-    return {"steps": len(logs), "finite": finite}
+    return report(trainer, {}, save_to=None if args.tiny else args.output_dir)
 
 
 if __name__ == "__main__":
