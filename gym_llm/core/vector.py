@@ -167,7 +167,7 @@ class LLMVectorEnv(VectorEnv):
         """
         options = dict(options) if options is not None else None
         mask = self._reset_mask(options)
-        per_env = self._task_ids(options)
+        per_env = self._forced_task_ids(options)
         forced = resolve_reset_task(self.core.tasks, options)
         if per_env is not None and forced is not None:
             raise ValueError("Pass options['task_ids'] (one task per sub-env) or options['task_id'/'task'] "
@@ -202,7 +202,7 @@ class LLMVectorEnv(VectorEnv):
             raise ValueError("The first reset() must reset every sub-env; drop options['reset_mask'].")
         return mask
 
-    def _task_ids(self, options: dict[str, Any] | None) -> list[int | None] | None:
+    def _forced_task_ids(self, options: dict[str, Any] | None) -> list[int | None] | None:
         """``options["task_ids"]`` (popped) checked: ``N`` entries, each a task index or None."""
         if options is None or "task_ids" not in options:
             return None

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gym_llm.core.chat import ChatCore
 from gym_llm.core.tasks import Task
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 __all__ = ["env_dataset", "chat_core", "prompt_messages", "task_columns"]
 
@@ -69,7 +72,7 @@ def env_dataset(
     seed: int = 0,
     extra_columns: Callable[[Task], Mapping[str, Any]] | None = None,
     **env_kwargs: Any,
-):
+) -> "Dataset":
     """A ``datasets.Dataset`` of the env's prompts with their metadata, in the env's own episode order.
 
     Args:

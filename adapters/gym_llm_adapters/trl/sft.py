@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from gym_llm_adapters.losses.selection import TopKRewardSelector
 from gym_llm_adapters.rollout_io import read_rollouts
 from gym_llm_adapters.types import Trajectory
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 __all__ = ["select_rollouts", "sft_dataset", "sft_rows"]
 
@@ -87,7 +90,7 @@ def sft_rows(trajectories: Sequence[Trajectory], format: SFTFormat = "tokens") -
 
 
 def sft_dataset(rollouts: Sequence[Trajectory] | str | os.PathLike, *, format: SFTFormat = "tokens",
-                top_k: int | None = None, min_reward: float | None = None):
+                top_k: int | None = None, min_reward: float | None = None) -> "Dataset":
     """Selected rollouts as a ``datasets.Dataset`` for ``SFTTrainer`` (see the module docstring).
 
     Raises:
