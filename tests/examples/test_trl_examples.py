@@ -18,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = ("trl_grpo_gsm8k.py", "trl_sft_from_rollouts.py")
+DISTRIBUTED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def documented_tiny_commands() -> list[list[str]]:
@@ -34,8 +35,9 @@ def documented_tiny_commands() -> list[list[str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("command", documented_tiny_commands(), ids=lambda c: " ".join(c[1:]))
 def test_documented_cpu_command_runs(tmp_path, command):
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")])}
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED}  # a user's shell, not a worker's
+    env.update(OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")]))
     argv = [sys.executable, str(REPO / command[1]), *command[2:]]
     result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

