@@ -31,12 +31,13 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from gym_llm_adapters.collector_stats import CollectorStats
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
 from gym_llm_adapters.rollout_io import RolloutWriter
@@ -45,41 +46,6 @@ from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 __all__ = ["Collector", "CollectorStats"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class CollectorStats:
-    """Running totals of a :class:`Collector` (rates are over ``wall_s``, the time spent collecting)."""
-
-    batches: int = 0
-    episodes: int = 0
-    steps: int = 0
-    env_steps: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    generate_s: float = 0.0
-    env_s: float = 0.0
-    wall_s: float = 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Generated tokens per second of collection."""
-        return self.generated_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def episodes_per_s(self) -> float:
-        return self.episodes / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
-
-    def as_dict(self, prefix: str = "collector/") -> dict[str, float]:
-        """Flat metrics with namespaced keys, for loggers."""
-        out: dict[str, float] = {prefix + k: float(v) for k, v in dataclasses.asdict(self).items()}
-        for name in ("tokens_per_s", "episodes_per_s", "steps_per_s"):
-            out[prefix + name] = getattr(self, name)
-        return out
 
 
 @dataclass(eq=False)
@@ -97,6 +63,7 @@ class _Shard:
     texts: list[str] = dataclasses.field(default_factory=list)
     builders: list[EpisodeBuilder | None] = dataclasses.field(default_factory=list)
     pending_reset: np.ndarray | None = None
+    idle: np.ndarray | None = None  # run_episodes: sub-envs whose one episode has ended
     future: Future | None = None
     inflight: dict[int, Completion] | None = None
 
@@ -129,7 +96,8 @@ class Collector:
             (text mode always keeps the observation text).
 
     Iterate it (``for batch in collector``) or call :meth:`next_batch`; a batch is a
-    ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode).
+    ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode). :meth:`run_episodes` instead
+    runs exactly one episode per sub-env from a fresh reset (evaluation, or serving a given batch of tasks).
     """
 
     def __init__(
@@ -185,6 +153,7 @@ class Collector:
         self._broken: BaseException | None = None
         self._groups = GroupBuffer(self.group_size)
         self._steps: list[StepRecord] = []
+        self._finished: dict[int, Trajectory] = {}
         self._bar: Any = None
         self._warned_clip = False
 
@@ -211,11 +180,21 @@ class Collector:
             group_offset += int(env.num_envs) // group_size
         return shards
 
-    def reset(self, seed: int | None = None) -> None:
-        """Start over: reset every env (with ``seed``, default the constructor's) and drop partial episodes."""
+    def reset(self, seed: int | None = None, *,
+              options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None) -> None:
+        """Start over: reset every env (with ``seed``, default the constructor's) and drop partial episodes.
+
+        ``options`` go to ``env.reset``: one dict for every env, or a sequence with one per env (shard).
+        """
         if seed is not None:
             self.seed = seed
-        for shard in self._shards:
+        if options is None or isinstance(options, Mapping):
+            per_shard = [options] * len(self._shards)
+        else:
+            per_shard = list(options)
+            if len(per_shard) != len(self._shards):
+                raise ValueError(f"options must be one dict or one per env ({len(self._shards)}), got {len(per_shard)}.")
+        for shard, shard_options in zip(self._shards, per_shard):
             if shard.future is not None:
                 shard.future.cancel()
                 try:
@@ -223,7 +202,8 @@ class Collector:
                 except BaseException:  # the step is abandoned with the rest of the state
                     pass
                 shard.future = shard.inflight = None
-            observations, infos = shard.env.reset(seed=None if self.seed is None else self.seed + shard.offset)
+            observations, infos = shard.env.reset(seed=None if self.seed is None else self.seed + shard.offset,
+                                                  options=None if shard_options is None else dict(shard_options))
             shard.prompts, shard.texts = [None] * shard.num_envs, [""] * shard.num_envs
             shard.builders = [None] * shard.num_envs
             shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
@@ -284,6 +264,38 @@ class Collector:
         """The next ``num_batches`` batches as a list."""
         return [self.next_batch() for _ in range(num_batches)]
 
+    def run_episodes(self, *, seed: int | None = None,
+                     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None) -> list[Trajectory]:
+        """Run exactly one episode in every sub-env, from a fresh reset; return them in sub-env order.
+
+        Every env is reset (``seed`` and ``options`` as in :meth:`reset`; e.g. ``options={"task_ids": [...]}``
+        picks each sub-env's task in gym_llm vector envs), then stepped until each sub-env's first episode has
+        ended. A sub-env whose episode has ended idles: nothing more is generated for it and it gets an empty
+        action while the others finish (the env may run throwaway episodes there; they are not recorded). The
+        writer, if any, gets the trajectories as one batch. The batch size does not apply, and the next
+        :meth:`next_batch` starts from a fresh reset.
+
+        Returns ``sum(num_envs)`` trajectories; ``trajectories[k].env_index == k``.
+        """
+        start = time.perf_counter()
+        self.reset(seed=seed, options=options)
+        self._finished = {}
+        for shard in self._shards:
+            shard.idle = np.zeros(shard.num_envs, dtype=bool)
+        try:
+            while any(shard.future is not None or not shard.idle.all() for shard in self._shards):
+                self.advance()
+        finally:
+            for shard in self._shards:
+                shard.idle = None
+            self._started = False  # the envs hold throwaway episodes now: start over next time
+            self.stats.wall_s += time.perf_counter() - start
+        trajectories = [self._finished[k] for k in sorted(self._finished)]
+        self._finished = {}
+        if self.writer is not None:
+            self.writer.write(trajectories)
+        return trajectories
+
     def _batch_ready(self) -> bool:
         if self.mode == "episodes":
             return self._groups.num_ready >= self.batch_size
@@ -303,6 +315,8 @@ class Collector:
             self._absorb(shard, inflight, result)
             if self._batch_ready():
                 return
+        if shard.idle is not None and shard.idle.all():
+            return
         completions = self._generate(shard)  # an engine error leaves every state untouched
         actions = self._actions(shard, completions)
         if self._executor is not None:
@@ -331,7 +345,7 @@ class Collector:
         return result, time.perf_counter() - start
 
     def _generate(self, shard: _Shard) -> dict[int, Completion]:
-        active = np.flatnonzero(~shard.pending_reset)
+        active = np.flatnonzero(~shard.pending_reset if shard.idle is None else ~(shard.pending_reset | shard.idle))
         if len(active) == 0:
             return {}
         sampling = self.sampling
@@ -373,6 +387,8 @@ class Collector:
         self.stats.env_s += env_s
         self.stats.env_steps += 1
         for i in range(shard.num_envs):
+            if shard.idle is not None and shard.idle[i]:
+                continue
             obs_i, info_i = _obs_at(observations, i), info_at(infos, i)
             if shard.pending_reset[i]:  # NEXT_STEP: this step started sub-env i's next episode
                 shard.pending_reset[i] = False
@@ -396,6 +412,10 @@ class Collector:
             final_ids = _token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
             trajectory = builder.finish(final_ids, step_info.get("policy_mask") if shard.mode == "tokens" else None)
             self.stats.episodes += 1
+            if shard.idle is not None:  # run_episodes: one episode per sub-env
+                self._finished[trajectory.env_index] = trajectory
+                shard.idle[i], shard.builders[i] = True, None
+                continue
             self._on_episode(trajectory)
             if same_step:
                 self._start_episode(shard, i, obs_i, info_i)

@@ -12,6 +12,7 @@ episode's token sequence is exactly ``prompt + sampled + env + sampled + ...`` a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
@@ -52,6 +53,10 @@ class ChatConfig:
         max_observation_chars: text mode: the longest observation; a longer one truncates the episode.
         max_action_tokens: tokens mode: the longest accepted reply in tokens (longer raises).
         max_seq_len: tokens mode: L, the observation length; a conversation that outgrows it truncates.
+        record_messages: add ``info["messages"]`` to the last step of every episode (terminated or
+            truncated): the whole conversation as a JSON list of ``{"role", "content", ...}`` dicts
+            (:meth:`Message.to_dict`), e.g. to export rollouts as conversational SFT data. Off by default
+            (it costs one ``json.dumps`` per episode).
     """
 
     mode: Mode = "text"
@@ -65,6 +70,7 @@ class ChatConfig:
     max_observation_chars: int = 131_072
     max_action_tokens: int = 2_048
     max_seq_len: int = 8_192
+    record_messages: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("text", "tokens"):
@@ -273,6 +279,8 @@ class ChatEpisode(Episode):
         else:
             transition = self._advance_tokens(action.token_ids, response)
         if transition.terminated or transition.truncated:
+            if self.config.record_messages:
+                transition.info["messages"] = json.dumps([m.to_dict() for m in self.messages], ensure_ascii=False)
             self.close()  # free per-episode resources (a sandbox, a browser context) as soon as it ends
         return transition
 

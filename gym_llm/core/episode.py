@@ -106,7 +106,8 @@ def resolve_reset_task(tasks: Sequence[Task], options: dict[str, Any] | None) ->
     if unknown:
         raise ValueError(
             f"Unknown reset option(s) {sorted(unknown)}; accepted: 'task_id' (int index into the task "
-            "source) or 'task' (a gym_llm Task)."
+            "source) or 'task' (a gym_llm Task); vector envs also take 'task_ids' (one index per sub-env) and "
+            "'reset_mask'."
         )
     if "task_id" in options and "task" in options:
         raise ValueError("Pass either options['task_id'] or options['task'], not both.")

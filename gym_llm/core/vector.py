@@ -171,15 +171,28 @@ class LLMVectorEnv(VectorEnv):
 
     # ----------------------------------------------------------------------------------- reset
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+        """Reset every sub-env (or those in ``options["reset_mask"]``).
+
+        Options: ``reset_mask`` (bool array ``(N,)``); ``task_id`` (int) or ``task`` (a ``Task``) runs that
+        task in every reset sub-env; ``task_ids`` (``N`` ints, or None entries to draw from the stream) runs
+        task ``task_ids[i]`` in sub-env ``i`` — one task per sub-env, e.g. to serve a batch of prompts chosen
+        elsewhere (the TRL rollout function does). Forced tasks override the group rule: members of a group
+        run whatever task they are given.
+        """
         options = dict(options) if options is not None else None
         mask = self._reset_mask(options)
+        per_env = self._forced_task_ids(options)
         forced = resolve_reset_task(self.core.tasks, options)
+        if per_env is not None and forced is not None:
+            raise ValueError("Pass options['task_ids'] (one task per sub-env) or options['task_id'/'task'] "
+                             "(one task for all), not both.")
         seeds = self._seeds(seed)
         self._seed_streams(seeds, mask)
         observations: list[Any] = [None] * self.num_envs
         info_list: list[dict[str, Any] | None] = [None] * self.num_envs
         for i in np.flatnonzero(mask):
-            observations[i], info_list[i] = self._start(i, forced)
+            task = forced if per_env is None or per_env[i] is None else self.core.tasks[per_env[i]]
+            observations[i], info_list[i] = self._start(i, task)
         self._done[mask] = False
         self._started = True
         if not mask.all():  # partial reset: the other sub-envs keep their current observation
@@ -202,6 +215,29 @@ class LLMVectorEnv(VectorEnv):
         if not self._started and not mask.all():
             raise ValueError("The first reset() must reset every sub-env; drop options['reset_mask'].")
         return mask
+
+    def _forced_task_ids(self, options: dict[str, Any] | None) -> list[int | None] | None:
+        """``options["task_ids"]`` (popped) checked: ``N`` entries, each a task index or None."""
+        if options is None or "task_ids" not in options:
+            return None
+        ids = options.pop("task_ids")
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__") or len(ids) != self.num_envs:
+            raise ValueError(
+                f"options['task_ids'] must be a sequence of {self.num_envs} task indices (one per sub-env; None "
+                f"draws from the stream), got {type(ids).__name__} of length {len(ids) if hasattr(ids, '__len__') else '?'}."
+            )
+        out: list[int | None] = []
+        n = len(self.core.tasks)
+        for i, index in enumerate(ids):
+            if index is None:
+                out.append(None)
+                continue
+            if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+                raise TypeError(f"options['task_ids'][{i}] must be an int or None, got {type(index).__name__}.")
+            if not 0 <= int(index) < n:
+                raise ValueError(f"options['task_ids'][{i}] must be in [0, {n}), got {int(index)}.")
+            out.append(int(index))
+        return out
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None:

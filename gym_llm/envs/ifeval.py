@@ -112,15 +112,18 @@ class IFEvalHandler:
         self.strip_thinking = bool(strip_thinking)
         self.scorer = IFEvalScorer(scoring_workers)
 
+    def reward(self, result: Any) -> float:
+        """The reward of an :class:`~gym_llm.rewards.ifeval.IFEvalResult` under this handler's settings."""
+        followed = result.loose if self.loose else result.strict
+        if self.reward_mode == "all":
+            return float(all(followed))
+        return sum(followed) / len(followed) if followed else 1.0
+
     def respond(self, episode: ChatEpisode, reply: Message) -> Response:
         data = episode.task.data
         text = _strip_thinking(reply.content) if self.strip_thinking else reply.content
         result = self.scorer.evaluate(text, data["instruction_id_list"], data["kwargs"], data["prompt"])
-        followed = result.loose if self.loose else result.strict
-        if self.reward_mode == "all":
-            reward = float(all(followed))
-        else:
-            reward = sum(followed) / len(followed) if followed else 1.0
+        reward = self.reward(result)
         info = {
             "prompt_strict": result.strict_all,
             "prompt_loose": result.loose_all,

@@ -333,3 +333,49 @@ def test_vllm_engine_with_weight_sync(tiny_tok, vllm_engine, hf_engine, fresh_hf
     assert new
     for trajectory in new:  # sampled entirely by the updated weights
         check_token_exact(trajectory, recorder, fresh_hf_engine)
+
+
+class StepCounter(gym.vector.VectorWrapper):
+    """Counts, per sub-env, the steps that carried a non-empty action."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.acted = np.zeros(env.num_envs, dtype=int)
+
+    def step(self, actions):
+        self.acted += np.asarray(actions["attention_mask"]).sum(1) > 0
+        return self.env.step(actions)
+
+
+def test_run_episodes_runs_one_episode_per_sub_env_on_the_given_tasks(tmp_path, tiny_tok, hf_engine):
+    recorder = TerminalRecorder(chat_env(tiny_tok, num_envs=4, group_size=2))
+    counter = StepCounter(recorder)
+    writer = RolloutWriter(tmp_path / "episodes.jsonl")
+    collector = Collector(counter, hf_engine, SAMPLING, episodes_per_batch=4, seed=0, writer=writer)
+    task_ids = [2, 2, 0, 1]  # 3, 3, 1 and 2 turns
+    trajectories = collector.run_episodes(seed=5, options={"task_ids": task_ids})
+    assert [t.env_index for t in trajectories] == [0, 1, 2, 3]
+    assert [t.task_id for t in trajectories] == task_ids and all(t.round == 0 for t in trajectories)
+    for trajectory in trajectories:
+        check_token_exact(trajectory, recorder, hf_engine)
+    # idle sub-envs got no generation: each sub-env acted exactly as many times as its episode has turns
+    assert counter.acted.tolist() == [3, 3, 1, 2] == [len(t.steps) for t in trajectories]
+    assert collector.stats.episodes == 4 and collector.stats.steps == 9
+    assert [t.token_ids.tolist() for t in read_rollouts(tmp_path / "episodes.jsonl")] == [
+        t.token_ids.tolist() for t in trajectories]
+    # the same seed gives the same episodes; batches afterwards start from a fresh reset
+    again = collector.run_episodes(seed=5, options={"task_ids": task_ids})
+    assert [t.token_ids.tolist() for t in again] == [t.token_ids.tolist() for t in trajectories]
+    batch = collector.next_batch()
+    assert len(batch) == 4 and all(t.round == 0 for t in batch)
+    with pytest.raises(ValueError, match="one per env"):
+        collector.run_episodes(options=[{"task_ids": task_ids}, None])
+
+
+def test_run_episodes_with_next_step_autoreset(tiny_tok, hf_engine):
+    recorder = TerminalRecorder(chat_env(tiny_tok, num_envs=3, sync=True))
+    collector = Collector(recorder, hf_engine, SAMPLING, steps_per_batch=1, seed=2)
+    trajectories = collector.run_episodes()
+    assert [t.env_index for t in trajectories] == [0, 1, 2]
+    for trajectory in trajectories:
+        check_token_exact(trajectory, recorder, hf_engine)

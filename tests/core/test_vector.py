@@ -282,3 +282,38 @@ def _assert_deep_equal(a, b):
             assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
             for x, y in zip(a[key], b[key]):
                 assert np.array_equal(x, y) if isinstance(x, np.ndarray) else (x == y or (x != x and y != y))
+
+
+def test_task_ids_option_runs_one_task_per_sub_env():
+    envs = gym.make_vec("LLMChat-v0", num_envs=4, group_size=2, prompts=PROMPTS, max_turns=1)
+    obs, info = envs.reset(seed=3, options={"task_ids": [5, 5, 2, None]})
+    assert info["task_id"][:3].tolist() == [5, 5, 2]
+    assert "Question 5?" in obs[0] and "Question 2?" in obs[2]
+    # the None entry draws from the stream; sub-env 3 follows its group leader's stream afterwards
+    streamed = gym.make_vec("LLMChat-v0", num_envs=4, group_size=2, prompts=PROMPTS, max_turns=1)
+    _, info_streamed = streamed.reset(seed=3)
+    assert info["task_id"][3] == info_streamed["task_id"][3]
+    _, _, term, trunc, info = envs.step(("a", "b", "c", "d"))  # the next episodes come from the streams again
+    assert (term | trunc).all() and info["final_info"]["task_id"].tolist() == [5, 5, 2, info_streamed["task_id"][3]]
+    # with a reset mask, only the masked entries are used
+    _, info = envs.reset(options={"task_ids": [0, 1, 2, 3], "reset_mask": np.array([False, True, False, False])})
+    assert info["_task_id"].tolist() == [False, True, False, False] and info["task_id"][1] == 1
+
+
+@pytest.mark.parametrize("options, error, match", [
+    ({"task_ids": [1, 2]}, ValueError, r"sequence of 4 task indices.*length 2"),
+    ({"task_ids": "abcd"}, ValueError, "sequence of 4 task indices"),
+    ({"task_ids": [0, 1, 2, 99]}, ValueError, r"task_ids'\]\[3\] must be in \[0, 7\)"),
+    ({"task_ids": [0, 1.5, 2, 3]}, TypeError, r"task_ids'\]\[1\] must be an int or None"),
+    ({"task_ids": [0, 1, 2, 3], "task_id": 1}, ValueError, "not both"),
+])
+def test_task_ids_option_bad_input(options, error, match):
+    envs = gym.make_vec("LLMChat-v0", num_envs=4, prompts=PROMPTS)
+    with pytest.raises(error, match=match):
+        envs.reset(seed=0, options=options)
+
+
+def test_scalar_env_rejects_task_ids():
+    env = gym.make("LLMChat-v0", prompts=PROMPTS)
+    with pytest.raises(ValueError, match="vector envs also take 'task_ids'"):
+        env.reset(options={"task_ids": [1]})

@@ -85,3 +85,20 @@ def test_bad_simulator_output_raises_without_changing_state():
     with pytest.raises(TypeError, match="must return a str or None"):
         env.step("hello")
     assert len(env.unwrapped.episode.messages) == 1
+
+
+def test_record_messages_puts_the_conversation_in_the_last_info():
+    env = gym.make("LLMChat-v0", prompts=[{"prompt": "Hi!", "follow_ups": ["More?"]}], system_prompt="Be brief.",
+                   max_turns=3, record_messages=True)
+    env.reset(seed=0)
+    _, _, terminated, _, info = env.step("Hello.")
+    assert not terminated and "messages" not in info
+    _, _, terminated, _, info = env.step("That is all.")
+    assert terminated
+    assert json.loads(info["messages"]) == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "More?"},
+        {"role": "assistant", "content": "That is all."}]
+    env = gym.make("LLMChat-v0", prompts=["Hi!"], max_turns=1)  # off by default
+    env.reset(seed=0)
+    assert "messages" not in env.step("x")[-1]

