@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_args"]
 
 _SUBCOMMANDS = ("list_envs", "play", "evaluate", "train")
 
@@ -36,9 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a command line; a ``--config`` file's values become defaults that the command line overrides."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "config", None):
+        from gym_llm_adapters.cli._common import load_config_defaults
+
+        sub = parser._subparsers._group_actions[0].choices[args.command]
+        sub.set_defaults(**load_config_defaults(sub, args.config))
+        args = parser.parse_args(argv)
+    args.print_help = parser.print_help
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads)
@@ -46,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     if getattr(args, "func", None) is None:
-        parser.print_help()
+        args.print_help()
         return 2
     return int(args.func(args) or 0)
 

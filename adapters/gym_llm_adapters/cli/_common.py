@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_env_options", "env_kwargs_from", "add_model_options", "engine_kind"]
+__all__ = ["add_env_options", "env_kwargs_from", "add_model_options", "engine_kind", "load_config_defaults"]
 
 
 def _env_arg(text: str) -> tuple[str, Any]:
@@ -25,8 +25,8 @@ def add_env_options(parser: argparse.ArgumentParser, *, positional: bool = True)
     """``ENV`` (positional, or ``--env``), ``--env-arg KEY=VALUE``, ``--data-files``, ``--source``."""
     if positional:
         parser.add_argument("env", metavar="ENV", help="a gym_llm env id (see `gym-llm list`), e.g. LLMGSM8K-v0")
-    else:
-        parser.add_argument("--env", required=True, metavar="ENV", help="a gym_llm env id, e.g. LLMGSM8K-v0")
+    else:  # required, but may come from --config: checked after parsing
+        parser.add_argument("--env", metavar="ENV", help="a gym_llm env id, e.g. LLMGSM8K-v0 (required)")
     group = parser.add_argument_group("env arguments")
     group.add_argument("--env-arg", dest="env_args", action="append", type=_env_arg, default=[],
                        metavar="KEY=VALUE",
@@ -77,3 +77,33 @@ def engine_kind(args: argparse.Namespace) -> str:
 
 def dtype_for(args: argparse.Namespace, device: str) -> str:
     return args.dtype or ("float32" if device == "cpu" else "bfloat16")
+
+
+_PAIR_LISTS = ("env_args", "eval_env_args", "vllm_args")
+
+
+def load_config_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
+    """Option defaults from a TOML file whose keys are the flags' names (``learning_rate`` or
+    ``learning-rate``); the tables ``[env_args]``, ``[eval_env_args]`` and ``[vllm_args]`` hold KEY = VALUE
+    pairs. Flags given on the command line still win. Unknown keys are an error naming the valid ones."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise SystemExit(f"--config {path}: no such file") from e
+    except tomllib.TOMLDecodeError as e:
+        raise SystemExit(f"--config {path}: not valid TOML ({e})") from e
+    dests = {a.dest for a in parser._actions if a.dest not in ("help", "config")}
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        dest = key.replace("-", "_")
+        if dest not in dests:
+            raise SystemExit(f"--config {path}: unknown option {key!r}; valid: {', '.join(sorted(dests))}")
+        if dest in _PAIR_LISTS:
+            if not isinstance(value, dict):
+                raise SystemExit(f"--config {path}: [{key}] must be a table of KEY = VALUE pairs")
+            value = list(value.items())
+        defaults[dest] = value
+    return defaults

@@ -42,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="train a model on an env (GRPO, or SFT)", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("algorithm", choices=("grpo", "sft"), help="grpo (RL on the env reward) or sft")
+    parser.add_argument("--config", metavar="TOML",
+                        help="read option defaults from a TOML file (keys are the flags' names; tables [env_args], "
+                             "[eval_env_args], [vllm_args]); flags on the command line override it. "
+                             "Example: examples/configs/arithmetic_tiny.toml")
     add_env_options(parser, positional=False)
     parser.add_argument("--eval-env-arg", dest="eval_env_args", action="append", default=[], metavar="KEY=VALUE",
                         type=_env_arg,
@@ -127,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     import gym_llm  # noqa: F401
     from gym_llm_adapters.training import Trainer
 
+    if not args.env:
+        raise SystemExit("gym-llm train: --env is required (on the command line or in --config).")
     config = config_from_args(args)
     with Trainer(config, resume=args.resume) as trainer:
         result = trainer.run()

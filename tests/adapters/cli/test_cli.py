@@ -121,3 +121,17 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert load_trainer_state(latest_checkpoint(run)).step == state.step + 2
     assert len(read_rollouts(run / "rollouts.jsonl")) == (state.step + 2) * 8
+
+
+def test_config_file_gives_defaults_that_flags_override(tmp_path):
+    from gym_llm_adapters.cli import parse_args
+    from gym_llm_adapters.cli.train import config_from_args
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('env = "LLMGSM8K-v0"\nsteps = 7\nlearning-rate = 0.001\n[env_args]\nmax_operand = 4\n')
+    config = config_from_args(parse_args(["train", "grpo", "--config", str(toml), "--steps", "3", "--engine", "hf"]))
+    assert (config.env_id, config.steps, config.learning_rate) == ("LLMGSM8K-v0", 3, 0.001)
+    assert config.env_kwargs == {"max_operand": 4}
+    toml.write_text("stepz = 7\n")
+    with pytest.raises(SystemExit, match="unknown option 'stepz'; valid: .*steps"):
+        parse_args(["train", "grpo", "--config", str(toml)])

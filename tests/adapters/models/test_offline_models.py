@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def test_smollm2_is_a_working_pretrained_chat_model():
 
     path = Path(resolve_model("smollm2"))
     assert (path / "model.safetensors").is_file() and (path / "config.json").is_file()
+    config = json.loads((path / "config.json").read_text())
+    assert "quantization_config" not in config  # plain float weights: vLLM loads the folder like any other
     engine = HFEngine(path)
     tok = engine.tokenizer
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France? One word."}],

@@ -68,11 +68,12 @@ def test_stop_then_resume_continues_where_the_checkpoint_is(tmp_path):
             stops.append(step)
             trainer.request_stop()
 
-    cfg = config(tmp_path, sft_warmup_steps=0, steps=5, num_tasks=2, group_size=4)
+    cfg = config(tmp_path, sft_warmup_steps=0, steps=5, num_tasks=2, group_size=4, tensorboard=True)
     trainer = Trainer(cfg, callbacks=[stop_at_step_3])
     with trainer:
         result = trainer.run()
     assert stops == [3] and result.interrupted and result.steps == 3
+    assert list((cfg.out_dir / "tensorboard").glob("events.out.tfevents.*"))  # metrics also went to TensorBoard
     checkpoint = latest_checkpoint(cfg.out_dir)
     assert checkpoint.name == "step-000003"
     assert load_trainer_state(checkpoint).rollout_records == 3 * 8
