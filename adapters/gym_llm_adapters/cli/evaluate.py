@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
             rng = np.random.default_rng(args.seed)
             order = rng.permutation(num_tasks)
             evaluator.task_ids = [int(order[i % num_tasks]) for i in range(args.n)]
-        trajectories, summary = evaluator.run(pass_threshold=args.pass_threshold, writer=writer)
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():  # logs print above the progress bar
+            trajectories, summary = evaluator.run(pass_threshold=args.pass_threshold, writer=writer)
     finally:
         if evaluator is not None:
             evaluator.close()

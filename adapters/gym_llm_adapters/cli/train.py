@@ -134,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.env:
         raise SystemExit("gym-llm train: --env is required (on the command line or in --config).")
     config = config_from_args(args)
-    with Trainer(config, resume=args.resume) as trainer:
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with Trainer(config, resume=args.resume) as trainer, logging_redirect_tqdm():  # logs print above the bar
         result = trainer.run()
     first, last = (result.evals[0], result.evals[-1]) if result.evals else (None, None)
     if first is not None:
