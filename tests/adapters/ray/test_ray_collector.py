@@ -68,16 +68,27 @@ def replaced(first_new_group: int):
         t.group_id >= first_new_group for b in batches for t in b)
 
 
-def test_killed_worker_is_replaced_and_its_episodes_dropped(ray_cluster, hf_engines, hf_engine, tiny_tok):
-    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, episodes_per_batch=4, seed=0) as collector:
-        before = collector.next_batch()
-        victim = collector.workers[0]
-        ray.kill(victim)  # the process ends at once, whatever it was doing
-        after = run_until(collector, replaced(first_new_group=2))
+def test_killing_one_of_two_workers_drops_only_its_episodes(ray_cluster, hf_engines, hf_engine, tiny_tok):
+    # Worker 0: sub-envs 0-3, groups 0-1; worker 1: sub-envs 4-7, groups 2-3; its replacement: groups 4-5.
+    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, num_workers=2, episodes_per_batch=4,
+                      seed=0) as collector:
+        before = collector.collect(2)
+        survivor, victim = collector.workers
+        ray.kill(victim)  # the process ends at once, in the middle of a poll
+        after = run_until(collector, lambda c, batches: replaced(first_new_group=4)(c, batches) and sum(
+            t.group_id < 2 for b in batches for t in b) >= 8)  # ... and the survivor delivered 4+ groups since
         stats = collector.stats
-        assert collector.workers[0]._actor_id != victim._actor_id
-    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4  # the worker's four running episodes
-    for batch in [before, *after]:
+        assert collector.workers[0]._actor_id == survivor._actor_id  # never touched
+        assert collector.workers[1]._actor_id != victim._actor_id
+    # SAME_STEP autoreset: each of the victim's four sub-envs was always running an episode; all members of a
+    # group of this env finish in the same step, so no finished episode was waiting for its group.
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4 and stats.episodes_orphaned == 0
+    trajectories = [t for b in [*before, *after] for t in b]
+    owner = {0: range(0, 4), 1: range(0, 4), 2: range(4, 8), 3: range(4, 8), 4: range(4, 8), 5: range(4, 8)}
+    assert all(t.env_index in owner[t.group_id] for t in trajectories)  # no group id was reused across workers
+    keys = [(t.group_id, t.round, t.env_index) for t in trajectories]
+    assert len(keys) == len(set(keys))  # every episode came out once
+    for batch in [*before, *after]:
         check_groups(batch, 2)
         for trajectory in batch:
             check_complete(trajectory, hf_engine)  # nothing half-done came out
