@@ -30,8 +30,53 @@ def reward_fn(task, messages) -> float:
 
 
 def chat_kwargs(tok, **kwargs) -> dict:
-    return dict(vectorization_mode="vector_entry_point", prompts=TASKS, mode="tokens", tokenizer=tok, max_turns=3,
-                max_seq_len=384, max_action_tokens=16, reward_fn=reward_fn, **kwargs)
+    return dict(vectorization_mode="vector_entry_point", mode="tokens", tokenizer=tok, max_turns=3, max_seq_len=384,
+                max_action_tokens=16, reward_fn=reward_fn, **{"prompts": TASKS, **kwargs})
+
+
+def keep_talking(messages, task) -> str | None:
+    """A user who goes on while the assistant's last reply has an even number of characters. Members of a group
+    sample different replies, so they end their episodes at different turns (1 to ``max_turns``)."""
+    return None if len(messages[-1].content) % 2 else "Go on."
+
+
+def variable_chat_env(*, num_envs: int, tok, group_size: int = 2, crash_flag: str | None = None):
+    """The chat env with one open-ended task (``keep_talking``): episodes of one group end at different steps.
+    With ``crash_flag``, the first worker to see a group split crashes (:class:`CrashWhenGroupSplits`)."""
+    env = gym.make_vec("LLMChat-v0", num_envs=num_envs, group_size=group_size,
+                       **chat_kwargs(tok, prompts=[{"prompt": "Talk to me."}], user_simulator=keep_talking))
+    return env if crash_flag is None else CrashWhenGroupSplits(env, crash_flag)
+
+
+class CrashWhenGroupSplits(gym.vector.VectorWrapper):
+    """After a step that left some group split (a member has finished a round that another member is still
+    playing, so the driver holds part of that group), the next step ends the process with ``os._exit`` — in the
+    first process to claim the file ``flag`` only; it first writes there how many finished episodes of
+    incomplete groups it had reported (what the driver must count as orphaned). Other processes never crash."""
+
+    def __init__(self, env, flag: str):
+        super().__init__(env)
+        self.flag = flag
+        self.finished = np.zeros(env.num_envs, dtype=np.int64)  # episodes finished per sub-env (= its round)
+
+    def orphans(self) -> int:
+        G, total = self.env.unwrapped.group_size, 0
+        for g in range(len(self.finished) // G):
+            counts = self.finished[g * G:(g + 1) * G]
+            for round_ in range(int(counts.max())):
+                members = int((counts > round_).sum())  # members that finished this round
+                total += members if members < G else 0
+        return total
+
+    def step(self, actions):
+        orphans = self.orphans()
+        if orphans and claim(self.flag):
+            with open(self.flag, "w") as f:
+                f.write(str(orphans))
+            os._exit(1)
+        result = self.env.step(actions)
+        self.finished += np.asarray(result[2]) | np.asarray(result[3])
+        return result
 
 
 def chat_spec(tok, *, num_envs: int = 4, group_size: int = 2, **kwargs) -> EnvSpec:
@@ -91,11 +136,18 @@ def expected_rewards(task_id: int) -> list[float]:
     return [2.0 * t for t in range(1, 2 + len(TASKS[task_id]["follow_ups"]))]
 
 
-def check_complete(trajectory: Trajectory, engine) -> None:
-    """A whole, token-exact episode: every turn's reward, consistent tokens/masks, and log-probs that ``engine``
-    (the weights that sampled it) recomputes by teacher forcing."""
-    assert trajectory.token_exact and trajectory.terminated and not trajectory.truncated
-    assert trajectory.rewards == expected_rewards(trajectory.task_id)  # a half-done episode would miss turns
+def check_complete(trajectory: Trajectory, engine, *, fixed_length: bool = True) -> None:
+    """A whole, token-exact episode: every turn's reward, only the last step ends it, consistent tokens/masks, and
+    log-probs that ``engine`` (the weights that sampled it) recomputes by teacher forcing. ``fixed_length``: an
+    episode of ``TASKS`` (its length is the task's); else of ``variable_chat_env``."""
+    steps = trajectory.steps
+    assert trajectory.token_exact and trajectory.terminated != trajectory.truncated
+    assert [s.terminated or s.truncated for s in steps] == [False] * (len(steps) - 1) + [True]
+    assert trajectory.rewards == [2.0 * t for t in range(1, len(steps) + 1)]
+    if fixed_length:
+        assert trajectory.terminated and trajectory.rewards == expected_rewards(trajectory.task_id)
+    else:
+        assert len(steps) <= 3 and (len(steps) == 3 or not trajectory.truncated)  # max_turns=3 truncates
     assert [s.turn for s in trajectory.steps] == list(range(1, len(trajectory.steps) + 1))
     assert all(s.env_index == trajectory.env_index and s.group_id == trajectory.group_id for s in trajectory.steps)
     sequence, sampled = trajectory.token_ids, trajectory.policy_mask.astype(bool)

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
-                           failing_chat_env, local_chat_env)
+                           failing_chat_env, local_chat_env, variable_chat_env)
 
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
@@ -92,6 +92,26 @@ def test_killing_one_of_two_workers_drops_only_its_episodes(ray_cluster, hf_engi
         check_groups(batch, 2)
         for trajectory in batch:
             check_complete(trajectory, hf_engine)  # nothing half-done came out
+
+
+def test_finished_episodes_of_a_split_group_are_orphaned_when_their_worker_dies(ray_cluster, hf_engines, hf_engine,
+                                                                               tiny_tok, tmp_path):
+    # Group members end at different turns; the first worker to report a split group dies in its next step.
+    flag = tmp_path / "crashed"
+    spec = EnvSpec(variable_chat_env, num_envs=4, tok=tiny_tok, crash_flag=str(flag))
+    with RayCollector(spec, hf_engines, SAMPLING, num_workers=2, episodes_per_batch=2, seed=0) as collector:
+        batches = run_until(collector, lambda c, batches: c.stats.worker_restarts == 1 and sum(
+            t.group_id >= 4 for b in batches for t in b) >= 4)  # until the replacement delivered 2 groups
+        stats = collector.stats
+    orphaned = int(flag.read_text())  # the finished episodes of split groups the dead worker had reported
+    assert orphaned > 0 and stats.episodes_orphaned == orphaned and stats.episodes_dropped == 4
+    trajectories = [t for b in batches for t in b]
+    assert len({t.group_id for t in trajectories}) >= 4  # the survivor and the replacement delivered
+    assert any(len({len(a.steps), len(b.steps)}) == 2 for a, b in zip(trajectories[::2], trajectories[1::2]))
+    for batch in batches:
+        check_groups(batch, 2)  # never a partial group, although some were split when the worker died
+        for trajectory in batch:
+            check_complete(trajectory, hf_engine, fixed_length=False)
 
 
 def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cluster, hf_engines, hf_engine,
