@@ -118,16 +118,16 @@ def claim(flag: str) -> bool:
 
 
 class FlakyHFEngine(HFEngine):
-    """The real transformers engine with one injected failure: generate call number ``fail_on_call`` of the first
-    process to claim ``flag`` raises."""
+    """The real transformers engine with one injected failure: sampled (temperature > 0: the collector's, not a
+    test's greedy checks) generate call number ``fail_on_call`` of the first process to claim ``flag`` raises."""
 
     def __init__(self, *args, fail_on_call: int, flag: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls, self.fail_on_call, self.flag = 0, fail_on_call, flag
 
     def _generate_ids(self, prompts, sampling):
-        self.calls += 1
-        if self.calls == self.fail_on_call and claim(self.flag):
+        self.calls += sampling.temperature > 0
+        if sampling.temperature > 0 and self.calls == self.fail_on_call and claim(self.flag):
             raise RuntimeError("injected engine failure")
         return super()._generate_ids(prompts, sampling)
 
@@ -138,8 +138,9 @@ def expected_rewards(task_id: int) -> list[float]:
 
 def check_complete(trajectory: Trajectory, engine, *, fixed_length: bool = True) -> None:
     """A whole, token-exact episode: every turn's reward, only the last step ends it, consistent tokens/masks, and
-    log-probs that ``engine`` (the weights that sampled it) recomputes by teacher forcing. ``fixed_length``: an
-    episode of ``TASKS`` (its length is the task's); else of ``variable_chat_env``."""
+    log-probs that the weights that sampled each step recompute by teacher forcing: ``engine``, or
+    ``engine[version]`` when it is a dict (an episode may span a weight push; its versions never go down).
+    ``fixed_length``: an episode of ``TASKS`` (its length is the task's); else of ``variable_chat_env``."""
     steps = trajectory.steps
     assert trajectory.token_exact and trajectory.terminated != trajectory.truncated
     assert [s.terminated or s.truncated for s in steps] == [False] * (len(steps) - 1) + [True]
@@ -157,8 +158,12 @@ def check_complete(trajectory: Trajectory, engine, *, fixed_length: bool = True)
         assert sequence[n: n + k].tolist() == step.completion_ids.tolist() and sampled[n: n + k].all()
     assert sampled.sum() == sum(len(s.completion_ids) for s in trajectory.steps)
     assert trajectory.logprobs[sampled].tolist() == np.concatenate([s.logprobs for s in trajectory.steps]).tolist()
-    teacher, = engine.logprobs([trajectory.token_ids])
-    np.testing.assert_allclose(teacher[sampled], trajectory.logprobs[sampled], atol=1e-4)
+    assert trajectory.versions == sorted(trajectory.versions) == [s.version for s in steps]
+    engines = engine if isinstance(engine, dict) else {v: engine for v in trajectory.versions}
+    teacher = {v: engines[v].logprobs([trajectory.token_ids])[0] for v in set(trajectory.versions)}
+    for step in steps:
+        n, k = len(step.prompt_ids), len(step.completion_ids)
+        np.testing.assert_allclose(teacher[step.version][n: n + k], step.logprobs, atol=1e-4)
 
 
 def check_groups(batch: list[Trajectory], group_size: int) -> None:
@@ -180,3 +185,13 @@ def assert_same_trajectory(got: Trajectory, want: Trajectory) -> None:
     for a, b in zip(got.steps, want.steps, strict=True):
         assert (a.prompt_text, a.completion_text, a.finish_reason, a.info) == (b.prompt_text, b.completion_text,
                                                                                 b.finish_reason, b.info)
+
+
+def run_until(collector, done, timeout_s: float = 180.0) -> list:
+    """Batches until ``done(collector, batches)`` holds (bounded, so a regression fails instead of hanging).
+    The live workers keep delivering while a replacement starts, so this may take many batches."""
+    batches, start = [], time.monotonic()
+    while not done(collector, batches):
+        assert time.monotonic() - start < timeout_s, collector.stats
+        batches.append(collector.next_batch())
+    return batches

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
-                           failing_chat_env, local_chat_env, variable_chat_env)
+                           failing_chat_env, local_chat_env, run_until, variable_chat_env)
 
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
@@ -50,16 +50,6 @@ def test_steps_mode(ray_cluster, hf_engines, tiny_tok):
     assert all(s.group_id == s.env_index // 2 and s.version == hf_engines.version for s in steps)
     for s in steps:
         assert s.reward == 2.0 * s.turn and s.prompt_text == tiny_tok.decode(s.prompt_ids.tolist())
-
-
-def run_until(collector, done, timeout_s: float = 180.0) -> list:
-    """Batches until ``done(collector, batches)`` holds (bounded, so a regression fails instead of hanging).
-    The live workers keep delivering while a replacement starts, so this may take many batches."""
-    batches, start = [], time.monotonic()
-    while not done(collector, batches):
-        assert time.monotonic() - start < timeout_s, collector.stats
-        batches.append(collector.next_batch())
-    return batches
 
 
 def replaced(first_new_group: int):
