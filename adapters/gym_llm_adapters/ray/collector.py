@@ -24,7 +24,9 @@ Failures (see ``docs/ray.md``):
 * an env worker that dies (or whose env raises, or that exceeds ``worker_timeout_s``) is killed and
   replaced, up to ``max_worker_restarts`` times per worker. Its in-flight episodes are dropped
   (``stats.episodes_dropped``), and so are finished episodes of its groups that can no longer complete
-  (``stats.episodes_orphaned``): nothing half-done is emitted. The replacement resets with new seeds.
+  (``stats.episodes_orphaned``): nothing half-done is emitted. The replacement resets with new seeds. In steps
+  mode, the steps those episodes had already taken stay emitted (or are emitted from the buffer): each is a
+  correct step, but the episode never gets its final step (see ``docs/ray.md``, "Failure policy").
 * an engine actor that dies is replaced by its :class:`~gym_llm_adapters.ray.engines.EngineGroup` (up to
   ``max_engine_restarts``) at the current version with the latest weights, and the interrupted calls are
   retried: nothing is lost. Past the limit, :class:`~gym_llm_adapters.ray.specs.EngineDiedError`.

@@ -89,23 +89,25 @@ def local_chat_env(tok, *, num_envs: int = 4, group_size: int = 2):
 
 class FailOnStep(gym.vector.VectorWrapper):
     """Fails inside step number ``crash_on_step``: the first process to create the file ``flag`` ends itself with
-    ``os._exit``; every later one hangs (a stuck tool or verifier)."""
+    ``os._exit``; every later one hangs (a stuck tool or verifier), or with ``later_hang=False`` runs on."""
 
-    def __init__(self, env, crash_on_step: int, flag: str):
+    def __init__(self, env, crash_on_step: int, flag: str, later_hang: bool = True):
         super().__init__(env)
-        self.crash_on_step, self.flag, self.steps = crash_on_step, flag, 0
+        self.crash_on_step, self.flag, self.later_hang, self.steps = crash_on_step, flag, later_hang, 0
 
     def step(self, actions):
         self.steps += 1
         if self.steps == self.crash_on_step:
-            if not claim(self.flag):
+            if claim(self.flag):
+                os._exit(1)
+            if self.later_hang:
                 time.sleep(3600)
-            os._exit(1)
         return self.env.step(actions)
 
 
-def failing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str, group_size: int = 2):
-    return FailOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag)
+def failing_chat_env(*, num_envs: int, tok, crash_on_step: int, flag: str, group_size: int = 2,
+                     later_hang: bool = True):
+    return FailOnStep(local_chat_env(tok, num_envs=num_envs, group_size=group_size), crash_on_step, flag, later_hang)
 
 
 def claim(flag: str) -> bool:

@@ -40,16 +40,31 @@ def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_
     assert padded.policy_mask.sum() == sum(t.num_policy_tokens for t in remote[0])
 
 
-def test_steps_mode(ray_cluster, hf_engines, tiny_tok):
-    with RayCollector(chat_spec(tiny_tok, num_envs=4), hf_engines, SAMPLING, steps_per_batch=6, seed=0,
-                      steps_per_poll=2, max_batches=2) as collector:
-        steps = [s for batch in collector for s in batch]
-        assert collector.stats.env_steps >= 3
-    assert len(steps) == 12 and all(isinstance(s, StepRecord) for s in steps)
-    assert {s.env_index for s in steps} == {0, 1, 2, 3}
-    assert all(s.group_id == s.env_index // 2 and s.version == hf_engines.version for s in steps)
-    for s in steps:
+def test_steps_mode_and_a_worker_death_in_it(ray_cluster, hf_engines, tiny_tok, tmp_path):
+    # One worker, two vector steps per poll; the first incarnation dies in its third step (in its second poll).
+    spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"),
+                   later_hang=False)
+    with RayCollector(spec, hf_engines, SAMPLING, steps_per_batch=6, seed=0, steps_per_poll=2,
+                      max_batches=6) as collector:
+        batches = list(collector)
+        stats = collector.stats
+    steps = [s for batch in batches for s in batch]
+    assert len(batches) == 6 and len(steps) == 36 and all(isinstance(s, StepRecord) for s in steps)
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4
+    first = [s for s in steps if s.group_id < 2]  # the dead incarnation's; its replacement has groups 2-3
+    assert len(first) == 8 and {s.env_index for s in first} == {0, 1, 2, 3}  # its first poll: two steps of 4
+    assert {s.env_index for s in steps if s.group_id >= 2} == {0, 1, 2, 3}
+    assert all(s.group_id % 2 == s.env_index // 2 and s.version == hf_engines.version for s in steps)
+    for s in steps:  # every emitted record is a correct step
         assert s.reward == 2.0 * s.turn and s.prompt_text == tiny_tok.decode(s.prompt_ids.tolist())
+    # Steps mode emits steps as they come: the dropped episodes that had taken steps keep them in the batches
+    # and never get a final (terminated/truncated) step. What came out of each is a prefix of the episode.
+    episodes = {}
+    for s in first:
+        episodes.setdefault((s.env_index, s.round), []).append(s)
+    cut = [e for e in episodes.values() if not (e[-1].terminated or e[-1].truncated)]
+    assert 0 < len(cut) <= stats.episodes_dropped
+    assert all([s.turn for s in e] == list(range(1, len(e) + 1)) for e in episodes.values())
 
 
 def replaced(first_new_group: int):
