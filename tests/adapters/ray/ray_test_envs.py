@@ -134,6 +134,17 @@ class FlakyHFEngine(HFEngine):
         return super()._generate_ids(prompts, sampling)
 
 
+def reference_that_stalls_once(path: str, flag: str):
+    """The tiny checkpoint as a reference model whose first forward stalls for a minute in the first process to
+    claim ``flag``: a call to it is surely still running when the test kills that process."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.base_model.register_forward_pre_hook(lambda module, args: time.sleep(60) if claim(flag) else None)
+    return model
+
+
 def expected_rewards(task_id: int) -> list[float]:
     return [2.0 * t for t in range(1, 2 + len(TASKS[task_id]["follow_ups"]))]
 
