@@ -125,7 +125,7 @@ def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cl
     spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"))
     batches = []
     with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
-                      worker_timeout_s=10) as collector:
+                      worker_timeout_s=5) as collector:
         deadline = time.monotonic() + 180
         with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
             while time.monotonic() < deadline:
