@@ -3,6 +3,8 @@ past the limit."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import ray
@@ -38,8 +40,7 @@ def test_collector_owned_engines_take_weights_survive_a_death_and_stop_at_the_se
         with pytest.raises(EngineCallError, match="negative token id"):
             group.generate([[-3, 4]], greedy)
         with pytest.raises(EngineCallError, match="injected engine failure"):  # an engine's 3rd sampled call
-            for _ in range(10):
-                collector.next_batch()
+            run_until(collector, never)
         first = collector.next_batch()  # the worker kept its state: collection goes on
         assert collector.stats.worker_restarts == 0 and collector.stats.episodes_dropped == 0
 
@@ -50,7 +51,7 @@ def test_collector_owned_engines_take_weights_survive_a_death_and_stop_at_the_se
         pushed = run_until(collector, lambda c, batches: batches and all(
             set(t.versions) == {1} for t in batches[-1]))  # steps in flight during the push end at version 1
         ray.kill(group.handle(0))  # worker 0's engine dies; its next step is retried on the replacement
-        later = collector.collect(3)
+        later = run_until(collector, lambda c, batches: c.stats.engine_restarts == 1 and len(batches) >= 3)
         stats = collector.stats
         assert group.restarts == [1, 0] and stats.engine_restarts == 1
         assert stats.worker_restarts == 0 and stats.episodes_dropped == 0  # nothing was lost
@@ -66,9 +67,16 @@ def test_collector_owned_engines_take_weights_survive_a_death_and_stop_at_the_se
 
         ray.kill(group.handle(0))  # a second death exceeds max_engine_restarts=1
         with pytest.raises(EngineDiedError, match="max_restarts=1"):
-            collector.collect(4)
+            run_until(collector, never)  # as soon as worker 0 calls its engine
         for _ in range(2):  # and the collector stays stopped
             with pytest.raises(RuntimeError, match="(?s)EngineDiedError: Engine actor 0 died.*Make a new RayCollector"):
                 collector.next_batch()
+    deadline = time.monotonic() + 60
     with pytest.raises(ray.exceptions.RayActorError):  # close() ended the engines the collector started
-        ray.get(group.handle(1).version.remote(), timeout=30)
+        while time.monotonic() < deadline:  # (ray.kill lands asynchronously)
+            ray.get(group.handle(1).version.remote(), timeout=30)
+            time.sleep(0.2)
+
+
+def never(collector, batches) -> bool:
+    return False
