@@ -24,7 +24,9 @@ Failures (see ``docs/ray.md``):
 * an env worker that dies (or whose env raises, or that exceeds ``worker_timeout_s``) is killed and
   replaced, up to ``max_worker_restarts`` times per worker. Its in-flight episodes are dropped
   (``stats.episodes_dropped``), and so are finished episodes of its groups that can no longer complete
-  (``stats.episodes_orphaned``): nothing half-done is emitted. The replacement resets with new seeds.
+  (``stats.episodes_orphaned``): nothing half-done is emitted. The replacement resets with new seeds. In steps
+  mode, the steps those episodes had already taken stay emitted (or are emitted from the buffer): each is a
+  correct step, but the episode never gets its final step (see ``docs/ray.md``, "Failure policy").
 * an engine actor that dies is replaced by its :class:`~gym_llm_adapters.ray.engines.EngineGroup` (up to
   ``max_engine_restarts``) at the current version with the latest weights, and the interrupted calls are
   retried: nothing is lost. Past the limit, :class:`~gym_llm_adapters.ray.specs.EngineDiedError`.
@@ -112,7 +114,8 @@ class RayCollector:
         worker_options / engine_options: Ray actor options (``num_cpus``, ``num_gpus``, ``resources``,
             ``scheduling_strategy``, ``runtime_env``, ...).
         max_worker_restarts: replacements allowed per worker before :class:`EnvWorkerDiedError`.
-        max_engine_restarts: replacements allowed per engine actor (when ``engines`` is a spec).
+        max_engine_restarts: replacements allowed per engine actor when ``engines`` is a spec (a shared
+            :class:`~gym_llm_adapters.ray.engines.EngineGroup` has its own ``max_restarts``; both default to 1).
         worker_timeout_s: a poll running longer than this counts as a dead worker (None: wait forever). A
             (re)starting worker has ``start_timeout_s`` instead.
         start_timeout_s: how long actors may take to be placed and start.
@@ -283,8 +286,8 @@ class RayCollector:
         if self._closed:
             raise RuntimeError("This RayCollector is closed.")
         if self._broken is not None:
-            raise RuntimeError(f"The collector stopped after a failure it cannot recover from: {self._broken}. "
-                               "Make a new RayCollector.")
+            raise RuntimeError(f"The collector stopped after a failure it cannot recover from "
+                               f"({type(self._broken).__name__}: {self._broken}). Make a new RayCollector.")
         start = time.perf_counter()
         try:
             while not self._batch_ready():

@@ -164,7 +164,11 @@ class EngineGroup:
             model calls still run one at a time unless ``spec.thread_safe``).
         max_restarts: how often each actor may be restarted after it died (0: a death raises
             :class:`EngineDiedError`). A restarted actor starts at the group's version with every weight update
-            pushed so far, so its samples equal the dead one's.
+            pushed so far, so its samples equal the dead one's. The default, 1, is also
+            :class:`~gym_llm_adapters.ray.RayCollector`'s ``max_engine_restarts``: a restart loses nothing but a
+            model load, so one death (a preempted node, a transient fault) is absorbed; a second death of the same
+            actor usually has a cause that would repeat (out of memory, a bad kernel) and raises instead of
+            looping through model loads.
         keep_weights: keep the pushed weights in the object store so that restarts can restore them (one copy
             of the latest full state dict, plus later partial updates). False saves that memory; a death after
             a push then raises :class:`EngineDiedError`.
@@ -173,7 +177,7 @@ class EngineGroup:
     """
 
     def __init__(self, spec: EngineSpec, num_engines: int = 1, *, actor_options: Mapping[str, Any] | None = None,
-                 max_concurrency: int = 4, max_restarts: int = 0, keep_weights: bool = True, version: int = 0,
+                 max_concurrency: int = 4, max_restarts: int = 1, keep_weights: bool = True, version: int = 0,
                  start_timeout_s: float = 600.0):
         ray = require_ray()
         if not isinstance(spec, EngineSpec):

@@ -5,7 +5,8 @@ estimators and masks as in-process) and sends it :class:`~gym_llm_adapters.types
 reference forward then overlaps with collection and training: :meth:`RemoteReferenceKL.submit` returns at
 once, ``ray.get`` (or :meth:`RemoteReferenceKL.result`) gives the batch with ``ref_logprobs`` (and KL-shaped
 rewards when ``reward_coef > 0``). The actor holds no state but the frozen model, so Ray restarts it and
-retries the call when it dies (``max_restarts`` / ``max_task_retries``).
+retries the call when it dies (``max_restarts`` / ``max_task_retries``, 1 each by default); past that, calls
+raise ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class RemoteReferenceKL:
     def __init__(self, model: str | Path | Callable[[], Any], config: Any = None, *, dtype: str | None = None,
                  device: str | None = None, actor_options: Mapping[str, Any] | None = None):
         ray = require_ray()
-        options = {"max_restarts": 1, "max_task_retries": 1, **dict(actor_options or {})}
-        self.actor = ray.remote(ReferenceKLActor).options(**options).remote(model, config, dtype, device)
+        self.options = {"max_restarts": 1, "max_task_retries": 1, **dict(actor_options or {})}
+        self.actor = ray.remote(ReferenceKLActor).options(**self.options).remote(model, config, dtype, device)
 
     def submit(self, batch: RolloutBatch) -> Any:
         """Start scoring ``batch``; returns an object ref of the scored :class:`RolloutBatch`."""
@@ -83,12 +84,9 @@ class RemoteReferenceKL:
                             "RolloutBatch.from_trajectories(batch, pad_id=...).")
         return self.actor.apply.remote(batch)
 
-    @staticmethod
-    def result(ref: Any, timeout_s: float | None = None) -> RolloutBatch:
-        """The scored batch of a :meth:`submit`."""
-        import ray
-
-        return ray.get(ref, timeout=timeout_s)
+    def result(self, ref: Any, timeout_s: float | None = None) -> RolloutBatch:
+        """The scored batch of a :meth:`submit`. ``RuntimeError`` if the actor died past its restarts."""
+        return self._get(ref, timeout_s)
 
     def apply(self, batch: RolloutBatch) -> RolloutBatch:
         """A copy of ``batch`` with ``ref_logprobs`` (and KL-shaped rewards), like ``ReferenceKL.apply``."""
@@ -96,9 +94,19 @@ class RemoteReferenceKL:
 
     def compute(self, batch: RolloutBatch) -> dict[str, Any]:
         """The KL terms of ``batch`` as numpy arrays (see :meth:`ReferenceKLActor.compute`)."""
+        return self._get(self.actor.compute.remote(batch))
+
+    def _get(self, ref: Any, timeout_s: float | None = None) -> Any:
         import ray
 
-        return ray.get(self.actor.compute.remote(batch))
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.RayActorError as e:
+            raise RuntimeError(
+                f"The reference-KL actor died and may not be restarted again (max_restarts="
+                f"{self.options['max_restarts']}, max_task_retries={self.options['max_task_retries']}): {e}. Check its "
+                "log (out of memory?), then make a new RemoteReferenceKL, or allow more restarts with actor_options."
+            ) from e
 
     def close(self) -> None:
         import ray

@@ -26,6 +26,14 @@ def ray_cluster():
             os.environ.pop("PYTHONPATH")
         else:
             os.environ["PYTHONPATH"] = saved
+
+    def package_file() -> str:  # a local function: pickled by value
+        import gym_llm_adapters
+
+        return gym_llm_adapters.__file__
+
+    where = ray.get(ray.remote(package_file).remote())
+    assert Path(where).is_relative_to(ROOT), f"Ray workers import {where}, not this checkout ({ROOT})"
     yield ray
     ray.shutdown()
 

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
-                           failing_chat_env, local_chat_env)
+                           failing_chat_env, local_chat_env, run_until, variable_chat_env)
 
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
@@ -40,26 +40,31 @@ def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_
     assert padded.policy_mask.sum() == sum(t.num_policy_tokens for t in remote[0])
 
 
-def test_steps_mode(ray_cluster, hf_engines, tiny_tok):
-    with RayCollector(chat_spec(tiny_tok, num_envs=4), hf_engines, SAMPLING, steps_per_batch=6, seed=0,
-                      steps_per_poll=2, max_batches=2) as collector:
-        steps = [s for batch in collector for s in batch]
-        assert collector.stats.env_steps >= 3
-    assert len(steps) == 12 and all(isinstance(s, StepRecord) for s in steps)
-    assert {s.env_index for s in steps} == {0, 1, 2, 3}
-    assert all(s.group_id == s.env_index // 2 and s.version == hf_engines.version for s in steps)
-    for s in steps:
+def test_steps_mode_and_a_worker_death_in_it(ray_cluster, hf_engines, tiny_tok, tmp_path):
+    # One worker, two vector steps per poll; the first incarnation dies in its third step (in its second poll).
+    spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"),
+                   later_hang=False)
+    with RayCollector(spec, hf_engines, SAMPLING, steps_per_batch=6, seed=0, steps_per_poll=2,
+                      max_batches=6) as collector:
+        batches = list(collector)
+        stats = collector.stats
+    steps = [s for batch in batches for s in batch]
+    assert len(batches) == 6 and len(steps) == 36 and all(isinstance(s, StepRecord) for s in steps)
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4
+    first = [s for s in steps if s.group_id < 2]  # the dead incarnation's; its replacement has groups 2-3
+    assert len(first) == 8 and {s.env_index for s in first} == {0, 1, 2, 3}  # its first poll: two steps of 4
+    assert {s.env_index for s in steps if s.group_id >= 2} == {0, 1, 2, 3}
+    assert all(s.group_id % 2 == s.env_index // 2 and s.version == hf_engines.version for s in steps)
+    for s in steps:  # every emitted record is a correct step
         assert s.reward == 2.0 * s.turn and s.prompt_text == tiny_tok.decode(s.prompt_ids.tolist())
-
-
-def run_until(collector, done, timeout_s: float = 180.0) -> list:
-    """Batches until ``done(collector, batches)`` holds (bounded, so a regression fails instead of hanging).
-    The live workers keep delivering while a replacement starts, so this may take many batches."""
-    batches, start = [], time.monotonic()
-    while not done(collector, batches):
-        assert time.monotonic() - start < timeout_s, collector.stats
-        batches.append(collector.next_batch())
-    return batches
+    # Steps mode emits steps as they come: the dropped episodes that had taken steps keep them in the batches
+    # and never get a final (terminated/truncated) step. What came out of each is a prefix of the episode.
+    episodes = {}
+    for s in first:
+        episodes.setdefault((s.env_index, s.round), []).append(s)
+    cut = [e for e in episodes.values() if not (e[-1].terminated or e[-1].truncated)]
+    assert 0 < len(cut) <= stats.episodes_dropped
+    assert all([s.turn for s in e] == list(range(1, len(e) + 1)) for e in episodes.values())
 
 
 def replaced(first_new_group: int):
@@ -68,19 +73,51 @@ def replaced(first_new_group: int):
         t.group_id >= first_new_group for b in batches for t in b)
 
 
-def test_killed_worker_is_replaced_and_its_episodes_dropped(ray_cluster, hf_engines, hf_engine, tiny_tok):
-    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, episodes_per_batch=4, seed=0) as collector:
-        before = collector.next_batch()
-        victim = collector.workers[0]
-        ray.kill(victim)  # the process ends at once, whatever it was doing
-        after = run_until(collector, replaced(first_new_group=2))
+def test_killing_one_of_two_workers_drops_only_its_episodes(ray_cluster, hf_engines, hf_engine, tiny_tok):
+    # Worker 0: sub-envs 0-3, groups 0-1; worker 1: sub-envs 4-7, groups 2-3; its replacement: groups 4-5.
+    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, num_workers=2, episodes_per_batch=4,
+                      seed=0) as collector:
+        before = collector.collect(2)
+        survivor, victim = collector.workers
+        ray.kill(victim)  # the process ends at once, with a poll in flight
+        after = run_until(collector, lambda c, batches: replaced(first_new_group=4)(c, batches) and sum(
+            t.group_id < 2 for b in batches for t in b) >= 8)  # ... and the survivor delivered 4+ groups since
         stats = collector.stats
-        assert collector.workers[0]._actor_id != victim._actor_id
-    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4  # the worker's four running episodes
-    for batch in [before, *after]:
+        assert collector.workers[0]._actor_id == survivor._actor_id  # never touched
+        assert collector.workers[1]._actor_id != victim._actor_id
+    # SAME_STEP autoreset: each of the victim's four sub-envs was always running an episode; all members of a
+    # group of this env finish in the same step, so no finished episode was waiting for its group.
+    assert stats.worker_restarts == 1 and stats.episodes_dropped == 4 and stats.episodes_orphaned == 0
+    trajectories = [t for b in [*before, *after] for t in b]
+    owner = {0: range(0, 4), 1: range(0, 4), 2: range(4, 8), 3: range(4, 8), 4: range(4, 8), 5: range(4, 8)}
+    assert all(t.env_index in owner[t.group_id] for t in trajectories)  # no group id was reused across workers
+    keys = [(t.group_id, t.round, t.env_index) for t in trajectories]
+    assert len(keys) == len(set(keys))  # every episode came out once
+    for batch in [*before, *after]:
         check_groups(batch, 2)
         for trajectory in batch:
             check_complete(trajectory, hf_engine)  # nothing half-done came out
+
+
+def test_finished_episodes_of_a_split_group_are_orphaned_when_their_worker_dies(ray_cluster, hf_engines, hf_engine,
+                                                                               tiny_tok, tmp_path):
+    # Group members end at different turns; the first worker to report a split group dies in its next step.
+    flag = tmp_path / "crashed"
+    spec = EnvSpec(variable_chat_env, num_envs=4, tok=tiny_tok, crash_flag=str(flag))
+    with RayCollector(spec, hf_engines, SAMPLING, num_workers=2, episodes_per_batch=2, seed=0) as collector:
+        batches = run_until(collector, lambda c, batches: c.stats.worker_restarts == 1 and sum(
+            t.group_id >= 4 for b in batches for t in b) >= 4)  # until the replacement delivered 2 groups
+        stats = collector.stats
+    orphaned = int(flag.read_text())  # the finished episodes of split groups the dead worker had reported
+    assert orphaned > 0 and stats.episodes_orphaned == orphaned and stats.episodes_dropped == 4
+    trajectories = [t for b in batches for t in b]
+    victim = {t.env_index // 4 for t in trajectories if t.group_id >= 4}  # the replacement's sub-envs
+    assert len(victim) == 1 and any(t.group_id // 2 == 1 - victim.pop() for t in trajectories)  # survivor delivered
+    assert any(len({len(a.steps), len(b.steps)}) == 2 for a, b in zip(trajectories[::2], trajectories[1::2]))
+    for batch in batches:
+        check_groups(batch, 2)  # never a partial group, although some were split when the worker died
+        for trajectory in batch:
+            check_complete(trajectory, hf_engine, fixed_length=False)
 
 
 def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cluster, hf_engines, hf_engine,
@@ -89,7 +126,7 @@ def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cl
     spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"))
     batches = []
     with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
-                      worker_timeout_s=10) as collector:
+                      worker_timeout_s=5) as collector:
         deadline = time.monotonic() + 180
         with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
             while time.monotonic() < deadline:

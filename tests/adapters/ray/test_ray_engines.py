@@ -1,16 +1,18 @@
-"""Engine actors: broadcasts with versions, restarts that restore the weights, a clear error past the limit."""
+"""Engine actors started by the collector: broadcasts with versions, restarts that restore the weights, a clear error
+past the limit."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 import ray
 import torch
-from ray_test_envs import SAMPLING, FlakyHFEngine, chat_spec, check_complete, check_groups
+from ray_test_envs import SAMPLING, FlakyHFEngine, chat_spec, check_complete, check_groups, run_until
 
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
-from gym_llm_adapters.ray import EngineCallError, EngineDiedError, EngineGroup, EngineSpec, PackedWeights, RayCollector
-from gym_llm_adapters.weights import WeightSync
+from gym_llm_adapters.ray import EngineCallError, EngineDiedError, EngineSpec, PackedWeights, RayCollector
 
 
 def test_packed_weights_round_trip_every_dtype():
@@ -23,41 +25,58 @@ def test_packed_weights_round_trip_every_dtype():
         assert restored[name].dtype == tensor.dtype and torch.equal(restored[name], tensor), name
 
 
-def test_engine_failures_lose_nothing_and_deaths_restart_at_the_pushed_weights(ray_cluster, tiny_model_path, tiny_tok,
-                                                                              hf_engine, tmp_path):
+def test_collector_owned_engines_take_weights_survive_a_death_and_stop_at_the_second(ray_cluster, tiny_model_path,
+                                                                                    tiny_tok, hf_engine, tmp_path):
     policy = HFEngine(tiny_model_path)  # the "trainer's" copy
     spec = EngineSpec(FlakyHFEngine, tiny_model_path, fail_on_call=3, flag=str(tmp_path / "failed"))
-    with EngineGroup(spec, num_engines=2, max_restarts=1) as group:
+    collector = RayCollector(chat_spec(tiny_tok), spec, SAMPLING, num_workers=2, num_engines=2, episodes_per_batch=4,
+                             seed=0)  # starts and owns two engine actors, max_engine_restarts=1 (the default)
+    group = collector.engines
+    with collector:
         greedy = SamplingConfig(max_tokens=6, temperature=0.0)
         prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
         assert [c.token_ids.tolist() for c in group.generate(prompts, greedy)] == \
             [c.token_ids.tolist() for c in hf_engine.generate(prompts, greedy)]  # split over two actors
-        with torch.no_grad():
-            policy.model.lm_head.weight.mul_(1.5)
-        assert WeightSync(policy.model, group).push() == 1 and group.versions() == [1, 1]  # one broadcast, both
         with pytest.raises(EngineCallError, match="negative token id"):
             group.generate([[-3, 4]], greedy)
-        assert group.versions() == [1, 1]
+        with pytest.raises(EngineCallError, match="injected engine failure"):  # an engine's 3rd sampled call
+            run_until(collector, never)
+        first = collector.next_batch()  # the worker kept its state: collection goes on
+        assert collector.stats.worker_restarts == 0 and collector.stats.episodes_dropped == 0
 
-        with RayCollector(chat_spec(tiny_tok), group, SAMPLING, num_workers=1, episodes_per_batch=4, seed=0) as collector:
-            with pytest.raises(EngineCallError, match="injected engine failure"):  # engine 0's 3rd generate call
+        with torch.no_grad():
+            policy.model.lm_head.weight.mul_(1.5)
+        assert collector.load_weights(policy.model.state_dict()) == 1  # one broadcast through the collector
+        assert collector.version == 1 and group.versions() == [1, 1]
+        pushed = run_until(collector, lambda c, batches: batches and all(
+            set(t.versions) == {1} for t in batches[-1]))  # steps in flight during the push end at version 1
+        ray.kill(group.handle(0))  # worker 0's engine dies; its next step is retried on the replacement
+        later = run_until(collector, lambda c, batches: c.stats.engine_restarts == 1 and len(batches) >= 3)
+        stats = collector.stats
+        assert group.restarts == [1, 0] and stats.engine_restarts == 1
+        assert stats.worker_restarts == 0 and stats.episodes_dropped == 0  # nothing was lost
+        assert group.versions() == [1, 1]  # the replacement got the pushed weights
+        by_version = {0: hf_engine, 1: policy}
+        for batch in [first, *pushed, *later]:
+            check_groups(batch, 2)
+            for trajectory in batch:
+                check_complete(trajectory, by_version)  # each step's log-probs are its version's weights'
+        sequence = later[-1][0].token_ids
+        np.testing.assert_allclose(group.logprobs([sequence])[0], policy.logprobs([sequence])[0], atol=1e-5)
+        assert np.abs(hf_engine.logprobs([sequence])[0] - policy.logprobs([sequence])[0]).max() > 0.05  # it matters
+
+        ray.kill(group.handle(0))  # a second death exceeds max_engine_restarts=1
+        with pytest.raises(EngineDiedError, match="max_restarts=1"):
+            run_until(collector, never)  # as soon as worker 0 calls its engine
+        for _ in range(2):  # and the collector stays stopped
+            with pytest.raises(RuntimeError, match="(?s)EngineDiedError: Engine actor 0 died.*Make a new RayCollector"):
                 collector.next_batch()
-            first = collector.next_batch()  # the worker kept its state: collection goes on
-            assert collector.stats.worker_restarts == 0 and collector.stats.episodes_dropped == 0
-            ray.kill(group.handle(0))  # worker 0's engine dies; the next step retries on its replacement
-            later = collector.collect(3)
-            stats = collector.stats
-            assert group.restarts == [1, 0] and stats.engine_restarts == 1
-            assert stats.worker_restarts == 0 and stats.episodes_dropped == 0  # nothing was lost
-            assert group.versions() == [1, 1]
-            for batch in [first, *later]:
-                check_groups(batch, 2)
-                for trajectory in batch:
-                    assert set(trajectory.versions) == {1}
-                    check_complete(trajectory, policy)  # sampled with the pushed weights, before and after
-            sequence = later[-1][0].token_ids
-            np.testing.assert_allclose(group.logprobs([sequence])[0], policy.logprobs([sequence])[0], atol=1e-5)
+    deadline = time.monotonic() + 60
+    with pytest.raises(ray.exceptions.RayActorError):  # close() ended the engines the collector started
+        while time.monotonic() < deadline:  # (ray.kill lands asynchronously)
+            ray.get(group.handle(1).version.remote(), timeout=30)
+            time.sleep(0.2)
 
-            ray.kill(group.handle(0))  # a second death exceeds max_restarts=1
-            with pytest.raises(EngineDiedError, match="max_restarts=1"):
-                collector.collect(4)
+
+def never(collector, batches) -> bool:
+    return False

@@ -1,10 +1,15 @@
-"""Reference KL computed by a Ray actor equals the in-process computation."""
+"""Reference KL computed by a Ray actor equals the in-process computation, and survives one death of the actor."""
 
 from __future__ import annotations
 
+import functools
+import time
+
 import numpy as np
 import pytest
+import ray
 import torch
+from ray_test_envs import reference_that_stalls_once
 from transformers import AutoModelForCausalLM
 
 from gym_llm_adapters.kl import ReferenceKL, ReferenceKLConfig
@@ -43,3 +48,22 @@ def test_remote_reference_kl_equals_the_local_one(ray_cluster, tiny_model_path, 
         assert got.input_ids.tolist() == batch.input_ids.tolist()
     want = local(batches[0])
     np.testing.assert_allclose(terms["kl_per_sequence"], want.kl_per_sequence.numpy(), atol=1e-5)
+
+
+def test_remote_reference_kl_survives_one_death_then_says_it_died(ray_cluster, tiny_model_path, tiny_tok, tmp_path):
+    config = ReferenceKLConfig(reward_coef=0.1)
+    batch = rollout_batch(len(tiny_tok), seed=2)
+    want = ReferenceKL(AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32), config).apply(batch)
+    model = functools.partial(reference_that_stalls_once, str(tiny_model_path), str(tmp_path / "stalled"))
+    with RemoteReferenceKL(model, config) as remote:
+        pending = remote.submit(batch)
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "stalled").exists():  # until the call is inside the first process's forward
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ray.kill(remote.actor, no_restart=False)  # Ray restarts the actor and retries the call there
+        got = remote.result(pending, timeout_s=50)  # well before the stalled forward would have ended
+        np.testing.assert_allclose(got.ref_logprobs, want.ref_logprobs, atol=1e-5)
+        ray.kill(remote.actor, no_restart=False)  # the one restart is used up
+        with pytest.raises(RuntimeError, match="reference-KL actor died .*max_restarts=1"):
+            remote.apply(batch)
