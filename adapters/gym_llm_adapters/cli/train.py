@@ -12,10 +12,9 @@ Evaluates every ``--eval-every`` steps (and before the first and after the last)
 OUT/rollouts.jsonl and OUT/curves.png (reward, KL and loss curves). Ctrl-C finishes the current step
 and saves a checkpoint; ``--resume`` continues from it.
 
-The CPU demo (about 3 minutes on 2 cores; the README's main job):
+The CPU demo (the README's main job: a tiny model, SFT warm start then GRPO on generated addition):
 
-    gym-llm train grpo --env LLMGSM8K-v0 --source arithmetic --env-arg max_operand=4 \\
-        --env-arg prompt_template='{question}' --model tiny --out runs/arithmetic
+    gym-llm train grpo --config examples/configs/arithmetic_tiny.toml --out runs/arithmetic
 """
 
 from __future__ import annotations

@@ -112,7 +112,9 @@ def test_finished_episodes_of_a_split_group_are_orphaned_when_their_worker_dies(
     assert orphaned > 0 and stats.episodes_orphaned == orphaned and stats.episodes_dropped == 4
     trajectories = [t for b in batches for t in b]
     victim = {t.env_index // 4 for t in trajectories if t.group_id >= 4}  # the replacement's sub-envs
-    assert len(victim) == 1 and any(t.group_id // 2 == 1 - victim.pop() for t in trajectories)  # survivor delivered
+    assert len(victim) == 1
+    survivor = 1 - victim.pop()
+    assert any(t.group_id // 2 == survivor for t in trajectories)  # the survivor delivered
     assert any(len({len(a.steps), len(b.steps)}) == 2 for a, b in zip(trajectories[::2], trajectories[1::2]))
     for batch in batches:
         check_groups(batch, 2)  # never a partial group, although some were split when the worker died
