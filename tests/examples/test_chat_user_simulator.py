@@ -1,0 +1,30 @@
+"""examples/chat_user_simulator.py's smoke command: multi-turn LLMChat-v0 conversations with the tiny model, a
+simulated user and a reward hook, token-exact."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.examples.documented import documented_command, run_example
+
+
+@pytest.mark.slow
+def test_chat_example_runs_as_documented(tmp_path):
+    out = run_example(documented_command("chat_user_simulator.py"), tmp_path)
+    headers = re.findall(r"^conversation \d \(task \d\): (\d) assistant turns, (terminated|truncated), rewards (\[.*\])$",
+                         out, re.MULTILINE)
+    assert len(headers) == 2, out
+    for turns, _, rewards in headers:  # one brevity reward in (0, 1] per assistant turn
+        values = [float(r) for r in rewards.strip("[]").split(",")]
+        assert len(values) == int(turns) and all(0 < v <= 1 for v in values)
+    # each shown conversation alternates env and policy segments, starting with the env's prompt
+    segments = re.findall(r"^  (env   |policy) +\d+ tokens: ", out, re.MULTILINE)
+    assert segments[0] == "env   " and "policy" in segments
+    assert re.search(r"Thanks! Can you give me one more example\?|Please say it in fewer than 40", out)
+    summary = re.search(r"^4 conversations: (\d) ended by the user, (\d) truncated; assistant turns (\d)-(\d);", out,
+                        re.MULTILINE)
+    assert summary and int(summary[1]) + int(summary[2]) == 4 and int(summary[4]) >= 2, out  # multi-turn
+    assert re.search(r"^token-exact: 4/4 sequences = prompt \+ \(sampled \+ env\) per turn; policy mask counts \d+ "
+                     r"sampled tokens, env wrote \d+$", out, re.MULTILINE), out
