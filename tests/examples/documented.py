@@ -18,9 +18,10 @@ def documented_command(name: str, flag: str | None = "--tiny") -> list[str]:
     line), as argv without the comment."""
     doc = ast.get_docstring(ast.parse((REPO / "examples" / name).read_text()))
     for line in doc.splitlines():
-        argv = shlex.split(line, comments=True)
-        if argv[:2] == ["python", f"examples/{name}"] and (flag is None or flag in argv):
-            return argv
+        if line.strip().startswith(f"python examples/{name}"):
+            argv = shlex.split(line, comments=True)
+            if flag is None or flag in argv:
+                return argv
     raise AssertionError(f"examples/{name} documents no command with {flag}")
 
 
