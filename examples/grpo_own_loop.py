@@ -11,9 +11,10 @@ and plots; this script shows the loop itself.)
 
 The task is ``LLMGSM8K-v0`` with offline problems (``source="arithmetic"``: "What is 3 + 4?", worked answer
 "3 + 4 = 7\\n#### 7"), the prompt being just the question, and the model is the tiny random-init Qwen2
-(``resolve_model("tiny")``, built offline). A random model never writes ``#### N``, so every reward would be 0 and
-GRPO would have nothing to compare; the script therefore starts with a short SFT warm start on the tasks' worked
-answers (``task.data["answer"]``), then runs GRPO. One GRPO step::
+(``resolve_model("tiny")``, built offline). A random model is right only by chance (about 1 sample in 100: the
+checker also accepts a reply's last number), so almost every GRPO group would be all zeros and give no gradient; the
+script therefore starts with a short SFT warm start on the tasks' worked answers (``task.data["answer"]``), then runs
+GRPO. One GRPO step::
 
     trajectories = collector.next_batch()           # num_tasks groups x group_size episodes, token-exact
     batch = MCAdvantage(RolloutBatch(...))            # A_i = (R_i - mean_group R) / std_group R
