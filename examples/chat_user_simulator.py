@@ -99,8 +99,10 @@ def show_conversation(index: int, trajectory, tokenizer) -> None:
     """Print the sequence as runs of env tokens (mask 0) and policy tokens (mask 1)."""
     mask = trajectory.policy_mask
     starts = [0, *np.flatnonzero(np.diff(mask)) + 1, len(mask)]
+    reply_chars = [step.info["reply_chars"] for step in trajectory.steps]  # the reward hook's extra info
     print(f"conversation {index} (task {trajectory.task_id}): {len(trajectory.steps)} assistant turns, "
-          f"{'terminated' if trajectory.terminated else 'truncated'}, rewards {[round(r, 2) for r in trajectory.rewards]}")
+          f"{'terminated' if trajectory.terminated else 'truncated'}, rewards {[round(r, 2) for r in trajectory.rewards]} "
+          f"for replies of {reply_chars} characters")
     for start, end in zip(starts[:-1], starts[1:]):
         who = "policy" if mask[start] else "env   "
         print(f"  {who} {end - start:3d} tokens: {tokenizer.decode(trajectory.token_ids[start:end].tolist())!r}")

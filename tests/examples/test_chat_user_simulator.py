@@ -13,12 +13,13 @@ from tests.examples.documented import documented_command, run_example
 @pytest.mark.slow
 def test_chat_example_runs_as_documented(tmp_path):
     out = run_example(documented_command("chat_user_simulator.py"), tmp_path)
-    headers = re.findall(r"^conversation \d \(task \d\): (\d) assistant turns, (terminated|truncated), rewards (\[.*\])$",
-                         out, re.MULTILINE)
+    headers = re.findall(r"^conversation \d \(task \d\): (\d) assistant turns, (terminated|truncated), rewards (\[.*\]) "
+                         r"for replies of (\[.*\]) characters$", out, re.MULTILINE)
     assert len(headers) == 2, out
-    for turns, _, rewards in headers:  # one brevity reward in (0, 1] per assistant turn
-        values = [float(r) for r in rewards.strip("[]").split(",")]
-        assert len(values) == int(turns) and all(0 < v <= 1 for v in values)
+    for turns, _, rewards, lengths in headers:  # one brevity reward per assistant turn: min(1, 40 / characters)
+        values, chars = ([float(x) for x in text.strip("[]").split(",")] for text in (rewards, lengths))
+        assert len(values) == len(chars) == int(turns)
+        assert values == [round(min(1.0, 40 / max(n, 1)), 2) for n in chars], (values, chars)
     # each shown conversation alternates env and policy segments, starting with the env's prompt
     segments = re.findall(r"^  (env   |policy) +\d+ tokens: ", out, re.MULTILINE)
     assert segments[0] == "env   " and "policy" in segments
