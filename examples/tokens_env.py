@@ -132,10 +132,9 @@ def main() -> dict:
     print(f"endings over {len(trajectories)} episodes: eos {endings['eos']}, stop token {endings['stop token']}, "
           f"length {endings['length']}; mean reward {rewards.mean():.3f}")
 
-    # Token-exactness, checked here from the outside: ids = prompt + the sampled ids of every step, in order.
-    exact = sum(
-        np.array_equal(t.token_ids, np.concatenate([t.token_ids[:t.prompt_length], *(s.completion_ids for s in t.steps)]))
-        for t in trajectories)
+    # Token-exactness, checked here from the outside: ids = the first prompt + the sampled ids of every step, in order.
+    exact = sum(np.array_equal(t.token_ids, np.concatenate([t.steps[0].prompt_ids, *(s.completion_ids for s in t.steps)]))
+                for t in trajectories)
     policy_tokens = sum(int(t.policy_mask.sum()) for t in trajectories)
     generated_tokens = sum(len(s.completion_ids) for t in trajectories for s in t.steps)
     teacher_forced = engine.logprobs([t.token_ids for t in trajectories])  # one (S,) array per trajectory
