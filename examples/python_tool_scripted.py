@@ -106,8 +106,8 @@ def main() -> dict:
     env = gym.make("LLMPythonTool-v0", max_turns=args.max_turns, **source)
     policy = ScriptedCoder(args.bug_rate, np.random.default_rng(args.seed))
     rewards, statuses = [], []
-    env.reset(seed=args.seed)
     for index in range(args.episodes):
+        env.reset(seed=args.seed if index == 0 else None)  # seeded once: the task stream continues
         episode = env.unwrapped.episode  # holds the task and the conversation (messages)
         show = index < args.show
         if show:
@@ -128,7 +128,6 @@ def main() -> dict:
                     print(f"  final reply {reply.splitlines()[-1]!r} -> reward {reward:.1f} "
                           f"(answer {info['reference_answer']}, {'correct' if info['correct'] else 'wrong'})")
         rewards.append(reward)
-        env.reset()
     counts = {status: statuses.count(status) for status in sorted(set(statuses))}
     print(f"{len(rewards)} episodes: mean reward {np.mean(rewards):.3f}; {len(statuses)} tool calls {counts}")
     env.close()
