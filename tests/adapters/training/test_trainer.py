@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -112,3 +113,27 @@ def test_bad_settings_say_what_to_change(tmp_path):
         cfg = config(tmp_path, algorithm="sft", sft_warmup_steps=0, env_id="LLMChat-v0", env_kwargs={})
         with Trainer(cfg) as trainer:
             trainer.run()
+
+
+def test_sft_on_selected_rollouts(tmp_path, tiny_tok):
+    """`train sft --sft-data rollouts.jsonl --sft-min-reward 1`: rejection sampling from a rollout file."""
+    from gym_llm_adapters.rollout_io import RolloutWriter
+    from gym_llm_adapters.training.sft_data import reference_trajectories, rollout_trajectories
+
+    good = reference_trajectories("LLMGSM8K-v0", ENV, tiny_tok, max_seq_len=128, max_new_tokens=16, max_examples=24)
+    assert all(t.reward == 1.0 for t in good)  # the env rewards its own worked answers
+    bad = [dataclasses.replace(t, rewards=[0.0]) for t in good[:8]]
+    path = tmp_path / "rollouts.jsonl"
+    with RolloutWriter(path) as writer:
+        writer.write(good + bad)
+    assert len(rollout_trajectories(path, min_reward=1.0)) == 24
+    with Trainer(config(tmp_path, algorithm="sft", sft_warmup_steps=0, steps=30, sft_data=str(path),
+                        sft_min_reward=1.0, learning_rate=2e-3, sft_batch_size=8)) as trainer:
+        assert len(trainer.evaluator.task_ids) == 40
+        result = trainer.run()
+        assert len(trainer._sft_examples) == 24
+    losses = trainer.metrics.series("sft/loss")[1]
+    assert len(losses) == 30 and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    assert result.evals[-1][1].reward_mean > result.evals[0][1].reward_mean
+    with pytest.raises(ValueError, match="no trajectory .* passes the selection"):
+        rollout_trajectories(path, min_reward=2.0)
