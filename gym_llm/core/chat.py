@@ -181,12 +181,9 @@ class ChatCore:
         return ChatEpisode(self)
 
 
-@dataclass(slots=True)
-class _Reply:
-    """A checked action: the reply as a message and, in tokens mode, its token ids."""
-
-    message: Message
-    token_ids: np.ndarray | None = None
+_Reply = tuple[Message, "np.ndarray | None"]
+"""A checked action: the reply as a message and, in tokens mode, its token ids (a plain tuple: the vector
+env builds one per sample, and a dataclass instance costs several times more)."""
 
 
 class ChatEpisode(Episode):
@@ -265,25 +262,26 @@ class ChatEpisode(Episode):
 
     def check_action(self, action: Any) -> _Reply:
         if self._text_mode:
-            return _Reply(Message("assistant", check_text_action(action, self.config.max_action_chars)))
+            return Message("assistant", check_text_action(action, self.config.max_action_chars)), None
         ids = check_token_action(action, self.core.tokenizer.vocab_size, self.config.max_action_tokens)
-        return _Reply(Message("assistant", self.core.tokenizer.decode(ids)), ids)
+        return Message("assistant", self.core.tokenizer.decode(ids)), ids
 
     def respond(self, action: _Reply) -> Response:
-        response = self.core.handler.respond(self, action.message)
+        response = self.core.handler.respond(self, action[0])
         if not isinstance(response, Response):
             raise TypeError(f"A TurnHandler must return a gym_llm Response, got {type(response).__name__}.")
         return response
 
     def advance(self, action: _Reply, response: Response) -> Transition:
-        self.messages.append(action.message)
+        reply, ids = action
+        self.messages.append(reply)
         self.turn += 1
         terminated = bool(response.done)
         truncated = not terminated and self.turn >= self.config.max_turns
         if self._text_mode:
-            observation, overflow = self._advance_text(action.message.content, response, terminated or truncated)
+            observation, overflow = self._advance_text(reply.content, response, terminated or truncated)
         else:
-            observation, overflow = self._advance_tokens(action.token_ids, response, terminated or truncated)
+            observation, overflow = self._advance_tokens(ids, response, terminated or truncated)
         truncated = truncated or overflow
         transition = Transition(observation, float(response.reward), terminated, truncated, self._info(response.info))
         if terminated or truncated:
