@@ -129,7 +129,7 @@ class ChatCore:
         self.renderer = ChatRenderer(config.tokenizer, config.chat_template, config.template_kwargs, tools)
         self.tokenizer = TokenizerView(config.tokenizer, config.vocab_size) if config.tokenizer is not None else None
         self.system = Message("system", config.system_prompt) if config.system_prompt else None
-        self._prompt_cache: dict[int, tuple[Task, tuple[Message, ...], Any]] = {}
+        self._prompt_cache: dict[int, tuple[Task, tuple[tuple[Message, ...], Any]]] = {}
         self.start_hook = getattr(handler, "start", None)
         self.close_hook = getattr(handler, "close", None)
         if config.mode == "text":
@@ -155,7 +155,7 @@ class ChatCore:
         """
         cached = self._prompt_cache.get(id(task))
         if cached is not None and cached[0] is task:
-            return cached[1], cached[2]
+            return cached[1]
         messages = self.opening(task)
         text = self.renderer.render(messages, add_generation_prompt=True)
         if self.config.mode == "text":
@@ -174,7 +174,7 @@ class ChatCore:
                 )
         if len(self._prompt_cache) >= 65_536:
             self._prompt_cache.clear()
-        self._prompt_cache[id(task)] = (task, messages, prompt)
+        self._prompt_cache[id(task)] = (task, (messages, prompt))
         return messages, prompt
 
     def new_episode(self) -> "ChatEpisode":
