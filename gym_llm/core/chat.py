@@ -302,7 +302,8 @@ class ChatEpisode(Episode):
         self._text = (self._text + reply)[: self.config.max_observation_chars]
         return self._text, not ended
 
-    def _advance_tokens(self, ids: np.ndarray, response: Response, ended: bool) -> tuple[dict[str, np.ndarray], bool]:
+    def _advance_tokens(self, ids: np.ndarray, response: Response,
+                        ended: bool) -> tuple[dict[str, np.ndarray], bool]:
         """The next observation, and whether the sequence outgrew ``max_seq_len`` (which truncates it)."""
         L = self.config.max_seq_len
         k = min(len(ids), L - self._n)

@@ -377,8 +377,9 @@ class LLMVectorEnv(VectorEnv):
                     self._done[i] = True
             info_list[i] = info
         self._last_obs = observations
-        return (self._batch(observations), np.array(rewards, dtype=np.float64), np.array(terminated, dtype=bool),
-                np.array(truncated, dtype=bool), batch_infos(info_list, N))
+        # fromiter converts element by element, exactly as writing each item into an array would.
+        return (self._batch(observations), np.fromiter(rewards, np.float64, N), np.fromiter(terminated, np.bool_, N),
+                np.fromiter(truncated, np.bool_, N), batch_infos(info_list, N))
 
     def _split_actions(self, actions: Any) -> list[Any]:
         """Per-sub-env actions from a batch: a sequence of N actions, or a dict of (N, ...) arrays."""
