@@ -102,7 +102,7 @@ def _batch_values(key: str, where: list[int] | None, values: list[Any], num_envs
     first = values[0]
     scalar = type(first) in (int, float, bool) or isinstance(first, np.number)
     if key == "final_obs" or not (scalar or isinstance(first, (dict, np.ndarray))):
-        objects = np.fromiter(values, dtype=object, count=len(values))  # never unpacks a sequence value
+        objects = np.fromiter(values, object, len(values))  # never unpacks a sequence value
         if where is None:
             return objects
         array = np.full(num_envs, None, dtype=object)
@@ -116,8 +116,8 @@ def _batch_values(key: str, where: list[int] | None, values: list[Any], num_envs
         return batch_infos(nested, num_envs)
     if scalar:
         if where is None:
-            try:  # the same conversion as assigning the list into an array of zeros, in one call
-                return np.array(values, dtype=type(first))
+            try:  # element by element, as _add_info writes them, in one call (positional args: faster)
+                return np.fromiter(values, type(first), len(values))
             except (ValueError, TypeError):
                 pass
         array = np.zeros(num_envs, dtype=type(first))
