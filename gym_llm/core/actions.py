@@ -11,6 +11,8 @@ __all__ = ["check_text_action", "check_token_action"]
 
 def check_text_action(action: Any, max_chars: int) -> str:
     """``action`` as a str of at most ``max_chars`` characters, else ``TypeError``/``ValueError``."""
+    if type(action) is str and len(action) <= max_chars:  # the common case, checked once per sample
+        return action
     if not isinstance(action, str):
         hint = "decode bytes to str first" if isinstance(action, (bytes, bytearray)) else (
             "this env is in text mode; pass the reply as a str (or make the env with mode='tokens')"

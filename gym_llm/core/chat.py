@@ -129,7 +129,7 @@ class ChatCore:
         self.renderer = ChatRenderer(config.tokenizer, config.chat_template, config.template_kwargs, tools)
         self.tokenizer = TokenizerView(config.tokenizer, config.vocab_size) if config.tokenizer is not None else None
         self.system = Message("system", config.system_prompt) if config.system_prompt else None
-        self._prompt_cache: dict[int, tuple[Task, tuple[Message, ...], Any]] = {}
+        self._prompt_cache: dict[int, tuple[Task, tuple[tuple[Message, ...], Any]]] = {}
         self.start_hook = getattr(handler, "start", None)
         self.close_hook = getattr(handler, "close", None)
         if config.mode == "text":
@@ -149,32 +149,41 @@ class ChatCore:
         """The task's opening messages and their rendered (text mode) or tokenised (tokens mode) prompt.
 
         Cached per task object (sub-envs share the cache), so a task's prompt is rendered once.
+
+        Raises:
+            ValueError: the prompt does not fit the observation (``max_observation_chars``/``max_seq_len``).
         """
         cached = self._prompt_cache.get(id(task))
         if cached is not None and cached[0] is task:
-            return cached[1], cached[2]
+            return cached[1]
         messages = self.opening(task)
         text = self.renderer.render(messages, add_generation_prompt=True)
-        prompt = text if self.config.mode == "text" else np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        if self.config.mode == "text":
+            prompt = text
+            if len(prompt) > self.config.max_observation_chars:
+                raise ValueError(
+                    f"Task {task.task_id}'s rendered prompt has {len(prompt)} characters, more than "
+                    f"max_observation_chars={self.config.max_observation_chars}; raise max_observation_chars."
+                )
+        else:
+            prompt = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            if len(prompt) > self.config.max_seq_len:
+                raise ValueError(
+                    f"Task {task.task_id}'s prompt has {len(prompt)} tokens, more than "
+                    f"max_seq_len={self.config.max_seq_len}; raise max_seq_len."
+                )
         if len(self._prompt_cache) >= 65_536:
             self._prompt_cache.clear()
-        self._prompt_cache[id(task)] = (task, messages, prompt)
+        self._prompt_cache[id(task)] = (task, (messages, prompt))
         return messages, prompt
 
     def new_episode(self) -> "ChatEpisode":
         return ChatEpisode(self)
 
 
-@dataclass(slots=True)
-class _Reply:
-    """A checked action: the reply as a message and, in tokens mode, its token ids."""
-
-    message: Message
-    token_ids: np.ndarray | None = None
-
-    @property
-    def text(self) -> str:
-        return self.message.content
+_Reply = tuple[Message, "np.ndarray | None"]
+"""A checked action: the reply as a message and, in tokens mode, its token ids (a plain tuple: the vector
+env builds one per sample, and a dataclass instance costs several times more)."""
 
 
 class ChatEpisode(Episode):
@@ -197,6 +206,7 @@ class ChatEpisode(Episode):
         self.turn = 0
         self.resources: dict[str, Any] = {}
         self._open = False  # the handler's start() ran and close() has not yet
+        self._text_mode = self.config.mode == "text"  # read on every step
         self._text = ""
         L = self.config.max_seq_len if self.config.mode == "tokens" else 0
         self._ids = np.zeros(L, dtype=np.int64)
@@ -213,7 +223,7 @@ class ChatEpisode(Episode):
         return self._mask[: self._n].copy()
 
     def _observation(self) -> Any:
-        if self.config.mode == "text":
+        if self._text_mode:
             return self._text
         L = self.config.max_seq_len
         attention = np.zeros(L, dtype=np.int8)
@@ -222,7 +232,7 @@ class ChatEpisode(Episode):
 
     def _info(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         info: dict[str, Any] = {"turn": self.turn}
-        if self.config.mode == "tokens":
+        if not self._text_mode:
             info["policy_mask"] = self._mask.copy()
         if extra:
             info.update(extra)
@@ -230,21 +240,12 @@ class ChatEpisode(Episode):
 
     # ------------------------------------------------------------------------------ episode
     def start(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        self.close()
+        if self._open:
+            self.close()
         opening, prompt = self.core.opening_prompt(task)
-        if self.config.mode == "text":
-            if len(prompt) > self.config.max_observation_chars:
-                raise ValueError(
-                    f"Task {task.task_id}'s rendered prompt has {len(prompt)} characters, more than "
-                    f"max_observation_chars={self.config.max_observation_chars}; raise max_observation_chars."
-                )
+        if self._text_mode:
             self._text = prompt
         else:
-            if len(prompt) > self.config.max_seq_len:
-                raise ValueError(
-                    f"Task {task.task_id}'s prompt has {len(prompt)} tokens, more than "
-                    f"max_seq_len={self.config.max_seq_len}; raise max_seq_len."
-                )
             self._n = len(prompt)
             self._ids[:] = 0
             self._ids[: self._n] = prompt
@@ -255,69 +256,70 @@ class ChatEpisode(Episode):
         if self.core.start_hook is not None:
             self.core.start_hook(self)
         self._open = True
-        if self.config.mode == "text":
+        if self._text_mode:
             return prompt, {"turn": 0}
         return self._observation(), self._info()
 
     def check_action(self, action: Any) -> _Reply:
-        if self.config.mode == "text":
-            return _Reply(Message("assistant", check_text_action(action, self.config.max_action_chars)))
+        if self._text_mode:
+            return Message("assistant", check_text_action(action, self.config.max_action_chars)), None
         ids = check_token_action(action, self.core.tokenizer.vocab_size, self.config.max_action_tokens)
-        return _Reply(Message("assistant", self.core.tokenizer.decode(ids)), ids)
+        return Message("assistant", self.core.tokenizer.decode(ids)), ids
 
     def respond(self, action: _Reply) -> Response:
-        response = self.core.handler.respond(self, action.message)
+        response = self.core.handler.respond(self, action[0])
         if not isinstance(response, Response):
             raise TypeError(f"A TurnHandler must return a gym_llm Response, got {type(response).__name__}.")
         return response
 
     def advance(self, action: _Reply, response: Response) -> Transition:
-        self.messages.append(action.message)
+        reply, ids = action
+        self.messages.append(reply)
         self.turn += 1
-        if self.config.mode == "text":
-            transition = self._advance_text(action.text, response)
+        terminated = bool(response.done)
+        truncated = not terminated and self.turn >= self.config.max_turns
+        if self._text_mode:
+            observation, overflow = self._advance_text(reply.content, response, terminated or truncated)
         else:
-            transition = self._advance_tokens(action.token_ids, response)
-        if transition.terminated or transition.truncated:
+            observation, overflow = self._advance_tokens(ids, response, terminated or truncated)
+        truncated = truncated or overflow
+        transition = Transition(observation, float(response.reward), terminated, truncated, self._info(response.info))
+        if terminated or truncated:
             if self.config.record_messages:
                 transition.info["messages"] = json.dumps([m.to_dict() for m in self.messages], ensure_ascii=False)
             self.close()  # free per-episode resources (a sandbox, a browser context) as soon as it ends
         return transition
 
-    def _ends(self, response: Response) -> tuple[bool, bool]:
-        terminated = bool(response.done)
-        truncated = not terminated and self.turn >= self.config.max_turns
-        return terminated, truncated
-
-    def _advance_text(self, reply: str, response: Response) -> Transition:
-        terminated, truncated = self._ends(response)
-        if not (terminated or truncated):
+    def _advance_text(self, reply: str, response: Response, ended: bool) -> tuple[str, bool]:
+        """The next observation, and whether the conversation outgrew the observation space (which
+        truncates it; the observation is then the last prompt plus the reply, as when it ends)."""
+        if not ended:
             self.messages.extend(response.messages)
             text = self.core.renderer.render(self.messages, add_generation_prompt=True)
             if len(text) <= self.config.max_observation_chars:
                 self._text = text
-                return Transition(text, float(response.reward), False, False, self._info(response.info))
-            truncated = True  # the conversation outgrew the observation space
+                return text, False
         self._text = (self._text + reply)[: self.config.max_observation_chars]
-        return Transition(self._text, float(response.reward), terminated, truncated, self._info(response.info))
+        return self._text, not ended
 
-    def _advance_tokens(self, ids: np.ndarray, response: Response) -> Transition:
+    def _advance_tokens(self, ids: np.ndarray, response: Response,
+                        ended: bool) -> tuple[dict[str, np.ndarray], bool]:
+        """The next observation, and whether the sequence outgrew ``max_seq_len`` (which truncates it)."""
         L = self.config.max_seq_len
         k = min(len(ids), L - self._n)
         self._ids[self._n: self._n + k] = ids[:k]
         self._mask[self._n: self._n + k] = 1
         self._n += k
-        terminated, truncated = self._ends(response)
-        truncated = truncated or (k < len(ids) and not terminated)
-        if not (terminated or truncated):
+        overflow = k < len(ids) and not ended
+        if not (ended or overflow):
             new_ids = self._continuation_ids(ids, response.messages)
             if self._n + len(new_ids) <= L:
                 self.messages.extend(response.messages)
                 self._ids[self._n: self._n + len(new_ids)] = new_ids
                 self._n += len(new_ids)
             else:
-                truncated = True  # the env's turn does not fit in max_seq_len
-        return Transition(self._observation(), float(response.reward), terminated, truncated, self._info(response.info))
+                overflow = True  # the env's turn does not fit in max_seq_len
+        return self._observation(), overflow
 
     def _continuation_ids(self, sampled: np.ndarray, new_messages: Sequence[Message]) -> list[int]:
         """Token ids the env appends after the policy's sampled ids: the rest of the assistant turn's

@@ -126,4 +126,4 @@ class TaskStream:
         if epoch != self._epoch:
             self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_tasks)
             self._epoch = epoch
-        return int(self._perm[offset])  # type: ignore[index]
+        return self._perm.item(offset)  # type: ignore[union-attr]  # a Python int, without a numpy scalar

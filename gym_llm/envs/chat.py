@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
@@ -43,6 +44,11 @@ def call_reward(reward_fn: RewardFn | None, task: Task, messages: Sequence[Messa
     return float(result), {}
 
 
+_UNSCORED_END = Response(0.0, True, (), MappingProxyType({}))
+"""How a conversation ends when there is no ``reward_fn``: one shared instance (a ``Response`` is frozen, this
+one's info read-only), because building a frozen dataclass per step cost a sixth of a text-mode vector step."""
+
+
 class ChatHandler:
     """After each assistant turn: reward from ``reward_fn``, then the next user message from the task's
     scripted ``follow_ups`` (or the env-wide ones), then from ``user_simulator``; none ends the episode."""
@@ -79,7 +85,7 @@ class ChatHandler:
         else:
             next_user = None
         if next_user is None:
-            return Response(reward, True, (), info)
+            return Response(reward, True, (), info) if self.reward_fn is not None else _UNSCORED_END
         return Response(reward, False, (Message("user", next_user),), info)
 
 

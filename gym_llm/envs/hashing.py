@@ -230,7 +230,8 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         (``task_id``, ``group_id``, ``round``, the all-True masks) are shared read-only between steps."""
         if self._static_info is None:
             static = {"_steps": np.ones(self.num_envs, dtype=bool), "task_id": self._task_ids.copy(),
-                      "group_id": self._group_ids.copy(), "round": self._rounds.copy()}
+                      "group_id": np.array(self._group_ids, dtype=np.int64),
+                      "round": np.array(self._rounds, dtype=np.int64)}
             static.update({f"_{key}": static["_steps"] for key in ("task_id", "group_id", "round")})
             for value in static.values():
                 value.setflags(write=False)
