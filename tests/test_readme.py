@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,14 @@ def test_readme_env_table_lists_every_env():
     readme = (REPO / "README.md").read_text()
     for info in gym_llm.ENVS:
         assert f"`{info.id}`" in readme
+
+
+def test_python_snippets_are_valid_python():
+    """Every ```python block of the README and docs/ parses (the env-level ones also run in the tests of each env)."""
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        blocks = re.findall(r"^( *)```python\n(.*?)^\1```", path.read_text(), flags=re.S | re.M)
+        for number, (_, block) in enumerate(blocks):  # blocks inside list items are indented
+            try:
+                compile(textwrap.dedent(block), f"{path.name} python block {number}", "exec")
+            except SyntaxError as e:
+                raise AssertionError(f"{path.name}: python block {number} does not parse: {e}") from e
