@@ -213,6 +213,24 @@ def test_site_packages_and_preload_are_opt_in():
         bare.detach()
 
 
+def test_host_paths_under_tmp_are_bound_below_run_host(tmp_path):
+    """A checkout or venv under /tmp (a CI clone): bound read-only below /run/host; /tmp stays the scratch dir."""
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "hostmod.py").write_text("VALUE = 41 + 1\n")
+    tool = PythonTool(extra_ro_paths=(str(tmp_path),), min_idle=0)
+    tool.attach()
+    session = tool.open_session()
+    try:
+        code = (f"import sys\nsys.path.insert(0, '/run/host{tmp_path}')\nimport hostmod\n"
+                "open('/tmp/a.txt', 'w').write('ok')\nprint(hostmod.VALUE, open('/scratch/a.txt').read())\n"
+                f"open('/run/host{tmp_path}/hostmod.py', 'a')")
+        content = call(session, code).content
+        assert content.startswith("42 ok\n") and "Read-only file system" in content, content
+    finally:
+        session.close()
+        tool.detach()
+
+
 def test_unavailable_bubblewrap_fails_at_construction_with_the_fix():
     with pytest.raises(SandboxUnavailableError, match="isolation='none'") as excinfo:
         PythonTool(bwrap_path="/bin/false")

@@ -39,7 +39,8 @@ class SandboxConfig:
             can ``import numpy``/``sympy`` when they are installed.
         preload: modules imported once per sandbox before any episode (e.g. ``("numpy", "sympy")``);
             every REPL forked from it starts with them imported, for free.
-        extra_ro_paths: more host paths bound read-only at the same place.
+        extra_ro_paths: more host paths bound read-only at the same place (paths below ``/tmp`` appear
+            below ``/run/host`` instead: the sandbox's ``/tmp`` is its scratch dir).
         max_episodes_per_sandbox: a sandbox is replaced after this many episodes.
         startup_timeout_s: how long starting one sandbox may take.
     """

@@ -78,6 +78,19 @@ def _server_source() -> str:
     return _SERVER_SOURCE
 
 
+HOST_MOUNTS = "/run/host"
+"""Where host paths under ``/tmp`` are bound inside the sandbox (its own ``/tmp`` is the scratch dir)."""
+
+
+def _sandbox_path(path: str) -> str:
+    """Where the read-only host ``path`` is seen inside a bwrap sandbox: the same place, except below ``/tmp``
+    (a checkout or venv there, e.g. a CI clone): the sandbox's ``/tmp`` is its scratch dir, so those paths
+    move below :data:`HOST_MOUNTS` with their layout kept (``/tmp/x/.venv`` -> ``/run/host/tmp/x/.venv``)."""
+    if path == "/tmp" or path.startswith("/tmp/"):
+        return HOST_MOUNTS + path
+    return path
+
+
 def _interpreter() -> str:
     """The real interpreter binary (a venv's ``python`` is a symlink to it)."""
     return os.path.realpath(sys.executable)
@@ -106,7 +119,7 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int) -> list[str]
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
             "--uid", _SANDBOX_UID, "--gid", _SANDBOX_UID, "--hostname", "sandbox"]
     for path in _readonly_paths(config):
-        argv += ["--ro-bind", path, path]
+        argv += ["--ro-bind", path, _sandbox_path(path)]
     for link in ("/lib", "/lib64"):
         if os.path.islink(link):  # merged-/usr systems: /lib -> usr/lib
             argv += ["--symlink", os.readlink(link), link]
@@ -257,12 +270,14 @@ class Sandbox:
         try:
             server_config = {
                 "control_fd": sandbox_end.fileno(), "scratch": scratch or SCRATCH,
-                "repl_filter": repl_filter(config.allow_subprocess).hex(), "paths": _import_paths(config),
+                "repl_filter": repl_filter(config.allow_subprocess).hex(),
+                "paths": [p if scratch else _sandbox_path(p) for p in _import_paths(config)],
                 "preload": list(config.preload), "memory_bytes": config.memory_limit_mb << 20,
                 "cpu_s": config.cpu_limit_s, "file_size_bytes": config.file_size_limit_mb << 20,
                 "max_open_files": config.max_open_files, "self_pid_placeholder": SELF_PID_PLACEHOLDER,
             }
-            command = [_interpreter(), "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
+            interpreter = _interpreter() if scratch else _sandbox_path(_interpreter())
+            command = [interpreter, "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
             pass_fds = [sandbox_end.fileno()]
             if config.isolation == "bwrap":
                 seccomp_fd = os.memfd_create("gym_llm_seccomp", 0)
