@@ -79,8 +79,9 @@ class Pages:
         if path == "/slow":
             self.release.wait(30.0)
             return 200, {}, _html("Slow", "<p>finally</p>")
-        if path == "/hang":
-            return 200, {}, _html("Hang", "<p>about to hang</p><script>setTimeout(() => { while (true) {} }, 50)</script>")
+        if path in ("/hang", "/hang-later"):  # the renderer loops forever 50 ms / 1.5 s after load
+            delay = 50 if path == "/hang" else 1500
+            return 200, {}, _html("Hang", f"<p>about to hang</p><script>setTimeout(() => {{ while (true) {{}} }}, {delay})</script>")
         if path == "/long":
             return 200, {}, _html("Long", "".join(f"<p>Line {i:04d} of the long page.</p>" for i in range(400)))
         if path == "/many-links":

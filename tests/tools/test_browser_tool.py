@@ -151,10 +151,15 @@ def test_slow_page_times_out_and_the_session_goes_on(quick_tool, site):
         session.close()
 
 
-def test_page_that_hangs_its_renderer_is_replaced(quick_tool, site):
+@pytest.mark.parametrize(("page", "delay_s"), [("/hang", 0.05), ("/hang-later", 1.5)])
+def test_page_that_hangs_its_renderer_is_replaced(quick_tool, site, page, delay_s):
     session = quick_tool.open_session()
     try:
-        result = act(session, "navigate", url=site.origin + "/hang")  # its script loops forever 50 ms after load
+        result = act(session, "navigate", url=site.origin + page)  # its script loops forever delay_s after load
+        if result.status == "ok":  # the page was read before the loop started: the next action meets the hang
+            assert "about to hang" in result.content
+            time.sleep(delay_s + 0.3)
+            result = act(session, "read")
         assert result.status == "timeout" and "replaced by a blank page" in result.content
         assert "You made it." in act(session, "navigate", url=site.origin + "/second").content
     finally:
