@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from gym_llm_adapters.collector_envs import action_length, check_settings, env_mode, obs_at, token_ids
 from gym_llm_adapters.collector_stats import CollectorStats
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
@@ -117,7 +117,7 @@ class Collector:
         record_prompt_text: bool = True,
     ):
         env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
-        _check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
+        check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
         self.engine = engine
         self.sampling = sampling
         self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
@@ -161,7 +161,7 @@ class Collector:
     def _make_shards(self, envs: list[VectorEnv]) -> list[_Shard]:
         shards, offset, group_offset = [], 0, 0
         for env in envs:
-            mode = _env_mode(env)
+            mode = env_mode(env)
             autoreset = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
             if autoreset == AutoresetMode.DISABLED:
                 raise ValueError(
@@ -169,13 +169,13 @@ class Collector:
                     "with autoreset_mode='SameStep' (gym_llm's default) or 'NextStep'."
                 )
             group_size = int(getattr(env, "group_size", None) or getattr(env.unwrapped, "group_size", 1))
-            action_length = _action_length(env, mode)
-            if mode == "tokens" and self.sampling.max_tokens > action_length:
+            longest_action = action_length(env, mode)
+            if mode == "tokens" and self.sampling.max_tokens > longest_action:
                 raise ValueError(
                     f"sampling.max_tokens={self.sampling.max_tokens} exceeds the env's longest action "
-                    f"({action_length} tokens); lower max_tokens or raise the env's max_action_tokens."
+                    f"({longest_action} tokens); lower max_tokens or raise the env's max_action_tokens."
                 )
-            shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, action_length))
+            shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, longest_action))
             offset += int(env.num_envs)
             group_offset += int(env.num_envs) // group_size
         return shards
@@ -208,7 +208,7 @@ class Collector:
             shard.builders = [None] * shard.num_envs
             shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
             for i in range(shard.num_envs):
-                self._start_episode(shard, i, _obs_at(observations, i), info_at(infos, i))
+                self._start_episode(shard, i, obs_at(observations, i), info_at(infos, i))
         self._groups = GroupBuffer(self.group_size)
         self._steps = []
         self._broken = None
@@ -389,7 +389,7 @@ class Collector:
         for i in range(shard.num_envs):
             if shard.idle is not None and shard.idle[i]:
                 continue
-            obs_i, info_i = _obs_at(observations, i), info_at(infos, i)
+            obs_i, info_i = obs_at(observations, i), info_at(infos, i)
             if shard.pending_reset[i]:  # NEXT_STEP: this step started sub-env i's next episode
                 shard.pending_reset[i] = False
                 self._start_episode(shard, i, obs_i, info_i)
@@ -409,7 +409,7 @@ class Collector:
             if not done:
                 self._observe(shard, i, obs_i)
                 continue
-            final_ids = _token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
+            final_ids = token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
             trajectory = builder.finish(final_ids, step_info.get("policy_mask") if shard.mode == "tokens" else None)
             self.stats.episodes += 1
             if shard.idle is not None:  # run_episodes: one episode per sub-env
@@ -444,7 +444,7 @@ class Collector:
 
     def _observe(self, shard: _Shard, i: int, obs: Any) -> None:
         if shard.mode == "tokens":
-            ids = _token_ids(obs)
+            ids = token_ids(obs)
             text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=False) if (
                 self.record_prompt_text and self.tokenizer is not None) else ""
         else:
@@ -480,47 +480,3 @@ class Collector:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _check_settings(envs: list[Any], sampling: Any, episodes_per_batch: int | None, steps_per_batch: int | None) -> None:
-    if not envs or not all(isinstance(e, VectorEnv) for e in envs):
-        raise TypeError("envs must be a gymnasium VectorEnv or a non-empty list of them (gym.make_vec(...)).")
-    if not isinstance(sampling, SamplingConfig):
-        raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
-    if sampling.n != 1:
-        raise ValueError(
-            f"The collector samples one completion per sub-env (sampling.n=1), got n={sampling.n}; for GRPO "
-            "groups make the env with group_size=G (gym.make_vec(id, num_envs=N, group_size=G))."
-        )
-    if (episodes_per_batch is None) == (steps_per_batch is None):
-        raise ValueError("Give exactly one of episodes_per_batch= (episodes mode) or steps_per_batch= (steps mode).")
-
-
-def _env_mode(env: VectorEnv) -> Literal["text", "tokens"]:
-    space = env.single_observation_space
-    if isinstance(space, spaces.Text):
-        return "text"
-    if isinstance(space, spaces.Dict) and "input_ids" in space.spaces and "attention_mask" in space.spaces:
-        return "tokens"
-    raise TypeError(
-        f"The collector drives text envs (Text observations) and token envs (Dict of input_ids/attention_mask); "
-        f"this env's single_observation_space is {space}."
-    )
-
-
-def _action_length(env: VectorEnv, mode: str) -> int:
-    space = env.single_action_space
-    if mode == "tokens":
-        return int(space["input_ids"].shape[0])
-    return int(getattr(space, "max_length", 2**31 - 1))
-
-
-def _obs_at(observations: Any, i: int) -> Any:
-    if isinstance(observations, dict):
-        return {k: v[i] for k, v in observations.items()}
-    return observations[i]
-
-
-def _token_ids(obs: Any) -> np.ndarray:
-    ids = np.asarray(obs["input_ids"])
-    return ids[np.asarray(obs["attention_mask"]).astype(bool)].astype(np.int64, copy=False)

@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gym_llm_adapters.collector import Collector, _env_mode
+from gym_llm_adapters.collector import Collector
+from gym_llm_adapters.collector_envs import env_mode
 from gym_llm_adapters.engines.base import SamplingConfig
 from gym_llm_adapters.ray.engines import RemoteEngine
 from gym_llm_adapters.ray.specs import EnvSpec
@@ -114,7 +115,7 @@ class EnvWorker:
             raise
         env = self._env
         group_size = int(getattr(env, "group_size", None) or getattr(env.unwrapped, "group_size", 1))
-        return EnvInfo(int(env.num_envs), group_size, _env_mode(env), os.getpid(), ray.util.get_node_ip_address())
+        return EnvInfo(int(env.num_envs), group_size, env_mode(env), os.getpid(), ray.util.get_node_ip_address())
 
     def start(self, sampling: SamplingConfig, *, want: Literal["episodes", "steps"], seed: int | None,
               seed_stride: int, env_offset: int, group_offset: int, tokenizer: Any,

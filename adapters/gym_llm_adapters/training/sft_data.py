@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
+from gym_llm.core.spaces import unpack_tokens
 from gym_llm.core.tasks import Task
 from gym_llm_adapters.losses.selection import TopKRewardSelector
 from gym_llm_adapters.rollout_io import read_rollouts
@@ -39,10 +40,6 @@ def reference_reply(task: Task) -> str | None:
         if isinstance(value, str) and value.strip():
             return value
     return None
-
-
-def _unpadded(obs: Mapping[str, np.ndarray]) -> np.ndarray:
-    return np.asarray(obs["input_ids"])[np.asarray(obs["attention_mask"]).astype(bool)].astype(np.int64)
 
 
 def reference_trajectories(env_id: str, env_kwargs: Mapping[str, Any], tokenizer: Any, *, max_seq_len: int,
@@ -77,7 +74,7 @@ def reference_trajectories(env_id: str, env_kwargs: Mapping[str, Any], tokenizer
                 too_long += 1
                 continue
             obs, _ = env.reset(options={"task_id": index})
-            prompt = _unpadded(obs)
+            prompt = unpack_tokens(obs).astype(np.int64)
             _, reward, terminated, truncated, _ = env.step(np.asarray(ids, dtype=np.int64))
             unrewarded += reward <= 0
             token_ids = np.concatenate([prompt, np.asarray(ids, dtype=np.int64)])
