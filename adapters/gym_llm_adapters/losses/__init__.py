@@ -4,7 +4,8 @@
 * :class:`SFTLoss` / :class:`SFTLossConfig` — assistant-only NLL (or MinorSFT), optional KL to a reference.
 * :class:`MCAdvantage` / :class:`AdvantageConfig` — group-relative Monte-Carlo advantages.
 * :class:`GroupBuffer` — gathers complete groups from out-of-order episodes.
-* :class:`TopKRewardSelector` — keeps the best k episodes of each group.
+* :class:`TopKRewardSelector` / :func:`select_rollouts` — keeps the best k episodes of each group (and/or a reward
+  threshold), from trajectories or a rollout file.
 """
 
 from gym_llm_adapters.episodes import GroupBuffer  # one implementation, shared with the collector
@@ -23,7 +24,7 @@ from gym_llm_adapters.losses.grpo import (
     ImportanceSampling,
     importance_sampling_weights,
 )
-from gym_llm_adapters.losses.selection import TopKRewardSelector
+from gym_llm_adapters.losses.selection import TopKRewardSelector, select_rollouts
 from gym_llm_adapters.losses.sft import SFTLoss, SFTLossConfig, SFTLossOutput
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "ImportanceSampling",
     "importance_sampling_weights",
     "TopKRewardSelector",
+    "select_rollouts",
     "SFTLoss",
     "SFTLossConfig",
     "SFTLossOutput",

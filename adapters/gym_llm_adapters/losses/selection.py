@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from gym_llm_adapters.losses.advantages import group_keys, select_rows
+from gym_llm_adapters.rollout_io import read_rollouts
 from gym_llm_adapters.types import RolloutBatch, Trajectory
 
-__all__ = ["TopKRewardSelector"]
+__all__ = ["TopKRewardSelector", "select_rollouts"]
 
 
 class TopKRewardSelector:
@@ -78,3 +80,35 @@ class TopKRewardSelector:
         rewards = np.array([t.reward for t in trajectories])
         keys = group_keys(np.array([t.group_id for t in trajectories]), np.array([t.round for t in trajectories]))
         return [trajectories[i] for i in self.indices(rewards, keys)]
+
+
+def _load(rollouts: Sequence[Trajectory] | str | os.PathLike) -> list[Trajectory]:
+    if isinstance(rollouts, (str, os.PathLike)):
+        records = read_rollouts(rollouts)
+    else:
+        records = list(rollouts)
+    bad = next((r for r in records if not isinstance(r, Trajectory)), None)
+    if bad is not None:
+        raise TypeError(
+            f"Selecting rollouts for SFT needs trajectories (whole episodes), got a {type(bad).__name__}; collect in "
+            "episodes mode (Collector(episodes_per_batch=...), Collector.run_episodes, EnvRolloutFunc or gym-llm eval)."
+        )
+    return records
+
+
+def select_rollouts(rollouts: Sequence[Trajectory] | str | os.PathLike, *, top_k: int | None = None,
+                    min_reward: float | None = None) -> list[Trajectory]:
+    """The episodes to fine-tune on, in their original order.
+
+    Args:
+        rollouts: trajectories, or a rollout file/folder written by a
+            :class:`~gym_llm_adapters.rollout_io.RolloutWriter`.
+        top_k: keep the ``k`` highest-return episodes of each group ``(group_id, round)`` (ties: the earlier one).
+        min_reward: keep only episodes whose return is at least this (with ``top_k``: among the top ``k``).
+            Neither: keep everything.
+    """
+    trajectories = _load(rollouts)
+    if top_k is None and min_reward is None or not trajectories:
+        return trajectories
+    k = top_k if top_k is not None else len(trajectories)
+    return TopKRewardSelector(k, min_reward=min_reward).select(trajectories)

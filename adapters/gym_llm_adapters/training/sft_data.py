@@ -20,8 +20,7 @@ import numpy as np
 
 from gym_llm.core.spaces import unpack_tokens
 from gym_llm.core.tasks import Task
-from gym_llm_adapters.losses.selection import TopKRewardSelector
-from gym_llm_adapters.rollout_io import read_rollouts
+from gym_llm_adapters.losses.selection import select_rollouts
 from gym_llm_adapters.types import Trajectory
 
 __all__ = ["REFERENCE_FIELDS", "reference_reply", "reference_trajectories", "rollout_trajectories"]
@@ -102,16 +101,9 @@ def reference_trajectories(env_id: str, env_kwargs: Mapping[str, Any], tokenizer
 
 def rollout_trajectories(path: str | Path, *, min_reward: float | None = None,
                          top_k: int | None = None) -> list[Trajectory]:
-    """Trajectories from a rollout file, keeping the best ``top_k`` per group and ``reward >= min_reward``."""
-    records = read_rollouts(path)
-    trajectories = [r for r in records if isinstance(r, Trajectory)]
-    if not trajectories:
-        raise ValueError(f"{path} holds no trajectories (found {len(records)} step records); write episodes, "
-                         "e.g. with `gym-llm eval ... --out rollouts.jsonl`.")
-    if top_k is not None:
-        trajectories = TopKRewardSelector(top_k, min_reward=min_reward).select(trajectories)
-    elif min_reward is not None:
-        trajectories = [t for t in trajectories if t.reward >= min_reward]
+    """Trajectories from a rollout file, keeping the best ``top_k`` per group and ``reward >= min_reward``
+    (:func:`~gym_llm_adapters.losses.select_rollouts`); an empty selection is an error."""
+    trajectories = select_rollouts(path, top_k=top_k, min_reward=min_reward)
     if not trajectories:
         raise ValueError(f"no trajectory of {path} passes the selection (min_reward={min_reward}, top_k={top_k}).")
     return trajectories

@@ -20,48 +20,15 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from gym_llm_adapters.losses.selection import TopKRewardSelector
-from gym_llm_adapters.rollout_io import read_rollouts
+from gym_llm_adapters.losses.selection import select_rollouts
 from gym_llm_adapters.types import Trajectory
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["select_rollouts", "sft_dataset", "sft_rows"]
+__all__ = ["select_rollouts", "sft_dataset", "sft_rows"]  # select_rollouts: the losses' one, re-exported
 
 SFTFormat = Literal["tokens", "messages"]
-
-
-def _load(rollouts: Sequence[Trajectory] | str | os.PathLike) -> list[Trajectory]:
-    if isinstance(rollouts, (str, os.PathLike)):
-        records = read_rollouts(rollouts)
-    else:
-        records = list(rollouts)
-    bad = next((r for r in records if not isinstance(r, Trajectory)), None)
-    if bad is not None:
-        raise TypeError(
-            f"sft_dataset needs trajectories (whole episodes), got a {type(bad).__name__}; collect in episodes mode "
-            "(Collector(episodes_per_batch=...), Collector.run_episodes or EnvRolloutFunc)."
-        )
-    return records
-
-
-def select_rollouts(rollouts: Sequence[Trajectory] | str | os.PathLike, *, top_k: int | None = None,
-                    min_reward: float | None = None) -> list[Trajectory]:
-    """The episodes to fine-tune on, in their original order.
-
-    Args:
-        rollouts: trajectories, or a rollout file/folder written by a
-            :class:`~gym_llm_adapters.rollout_io.RolloutWriter`.
-        top_k: keep the ``k`` highest-return episodes of each group ``(group_id, round)`` (ties: the earlier one).
-        min_reward: keep only episodes whose return is at least this (with ``top_k``: among the top ``k``).
-            Neither: keep everything.
-    """
-    trajectories = _load(rollouts)
-    if top_k is None and min_reward is None or not trajectories:
-        return trajectories
-    k = top_k if top_k is not None else len(trajectories)
-    return TopKRewardSelector(k, min_reward=min_reward).select(trajectories)
 
 
 def _messages(trajectory: Trajectory, index: int) -> list[dict[str, Any]]:
