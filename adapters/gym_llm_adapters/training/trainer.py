@@ -35,6 +35,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from gym_llm_adapters.models.resolve import resolve_model
 from gym_llm_adapters.training import checkpoint as ckpt
 from gym_llm_adapters.training.config import TrainConfig
 from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
@@ -86,8 +87,6 @@ class Trainer:
             raise FileExistsError(f"{self.out_dir} already holds a run (checkpoint {existing.name}); pass resume=True "
                                   "(--resume) to continue it, or choose another out_dir (--out).")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        from gym_llm_adapters.models.resolve import resolve_model
-
         self.model_dir = existing if existing is not None else Path(resolve_model(config.model))
         self.state = ckpt.load_trainer_state(existing) if existing is not None else ckpt.TrainState(
             step=0, phase="sft" if config.uses_sft else "grpo", version=0, rollout_records=0, reference=None,
@@ -140,7 +139,10 @@ class Trainer:
             self.optimizer, lambda i: min(1.0, (i + 1) / (warmup + 1)) if warmup else 1.0)
         self._phase_start = self.state.step
         if phase == "sft":
+            from gym_llm_adapters.losses import SFTLoss
+
             self._sft_examples = self._load_sft_examples()
+            self._sft_loss = SFTLoss()
         else:
             self._start_rl()
         self._phase = phase
@@ -184,8 +186,6 @@ class Trainer:
 
     def _reference_model(self) -> Any:
         """The frozen policy at the start of RL: saved once when RL follows an SFT warm-up (for resumes)."""
-        from gym_llm_adapters.training.setup import load_policy
-
         if self.state.reference is not None:
             return load_policy(self.state.reference, device=self.device, dtype=self.config.dtype)[0].eval()
         if self.config.sft_warmup_steps and self.state.step > 0:  # RL starts now, after SFT: keep this policy
@@ -194,7 +194,7 @@ class Trainer:
             self.tokenizer.save_pretrained(path)
             self.state.reference = str(path)
         elif self.resumed_from is not None:  # the reference is the starting model
-            return load_policy(Path(resolve_start(self.config)), device=self.device, dtype=self.config.dtype)[0].eval()
+            return load_policy(resolve_model(self.config.model), device=self.device, dtype=self.config.dtype)[0].eval()
         reference = copy.deepcopy(self.policy).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
@@ -202,18 +202,16 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ steps
     def _sft_step(self) -> dict[str, float]:
-        from gym_llm_adapters.losses import SFTLoss
         from gym_llm_adapters.types import RolloutBatch
 
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, self.state.step])
         rows = rng.choice(len(self._sft_examples), size=min(cfg.sft_batch_size, len(self._sft_examples)), replace=False)
         batch = RolloutBatch.from_trajectories([self._sft_examples[i] for i in rows], pad_id=self._pad_id())
-        loss_fn = SFTLoss()
         total, tokens = 0.0, int(batch.policy_mask.sum())
         for part, _ in self._micro_batches(batch):
             t = part.to_torch(self.device)
-            out = loss_fn.from_batch(self._logprobs(t), part, num_items=tokens)
+            out = self._sft_loss.from_batch(self._logprobs(t), part, num_items=tokens)
             out.loss.backward()
             total += float(out.loss.detach())
         grad_norm = self._optimizer_step()
@@ -401,12 +399,6 @@ class Trainer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def resolve_start(config: TrainConfig) -> str:
-    from gym_llm_adapters.models.resolve import resolve_model
-
-    return resolve_model(config.model)
 
 
 def _progress(total: int, initial: int, enabled: bool):

@@ -265,21 +265,22 @@ class Sandbox:
         """Start a sandbox and wait until its zygote is ready. Call it from a long-lived thread."""
         start = time.perf_counter()
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        scratch = tempfile.mkdtemp(prefix="gym_llm_scratch_") if config.isolation == "none" else None
+        sandboxed = config.isolation == "bwrap"  # bwrap's mount namespace moves host paths under /tmp
+        scratch = None if sandboxed else tempfile.mkdtemp(prefix="gym_llm_scratch_")
         seccomp_fd = -1
         try:
             server_config = {
                 "control_fd": sandbox_end.fileno(), "scratch": scratch or SCRATCH,
                 "repl_filter": repl_filter(config.allow_subprocess).hex(),
-                "paths": [p if scratch else _sandbox_path(p) for p in _import_paths(config)],
+                "paths": [_sandbox_path(p) if sandboxed else p for p in _import_paths(config)],
                 "preload": list(config.preload), "memory_bytes": config.memory_limit_mb << 20,
                 "cpu_s": config.cpu_limit_s, "file_size_bytes": config.file_size_limit_mb << 20,
                 "max_open_files": config.max_open_files, "self_pid_placeholder": SELF_PID_PLACEHOLDER,
             }
-            interpreter = _interpreter() if scratch else _sandbox_path(_interpreter())
+            interpreter = _sandbox_path(_interpreter()) if sandboxed else _interpreter()
             command = [interpreter, "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
             pass_fds = [sandbox_end.fileno()]
-            if config.isolation == "bwrap":
+            if sandboxed:
                 seccomp_fd = os.memfd_create("gym_llm_seccomp", 0)
                 os.write(seccomp_fd, sandbox_filter())
                 os.lseek(seccomp_fd, 0, os.SEEK_SET)
