@@ -47,8 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     import gym_llm  # noqa: F401
     from gym_llm_adapters.engines import SamplingConfig
     from gym_llm_adapters.models.resolve import resolve_model
@@ -71,12 +69,8 @@ def run(args: argparse.Namespace) -> int:
         kwargs = env_kwargs_from(args)
         evaluator = Evaluator(args.env, kwargs, engine, episodes=args.n, sampling=sampling, seed=args.seed,
                               max_seq_len=args.max_seq_len, max_new_tokens=args.max_new_tokens,
-                              num_envs=min(args.batch, args.n), progress=not args.no_progress)
-        if args.shuffle:
-            num_tasks = len(evaluator.envs.unwrapped.core.tasks)
-            rng = np.random.default_rng(args.seed)
-            order = rng.permutation(num_tasks)
-            evaluator.task_ids = [int(order[i % num_tasks]) for i in range(args.n)]
+                              num_envs=min(args.batch, args.n), task_ids="shuffle" if args.shuffle else "first",
+                              progress=not args.no_progress)
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         with logging_redirect_tqdm():  # logs print above the progress bar

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -92,14 +92,16 @@ class Evaluator:
         seed: the env seed: fixes which tasks are evaluated.
         max_seq_len / max_new_tokens: the env's token limits.
         num_envs: sub-envs stepped as one batch (default ``min(episodes, 64)``).
-        task_ids: the tasks to evaluate, one episode each (``episodes`` indices into the env's task source);
-            default: the first ``episodes`` tasks.
+        task_ids: the tasks to evaluate, one episode each: ``episodes`` indices into the env's task source,
+            ``"first"`` (default; the first ``episodes`` tasks) or ``"shuffle"`` (a sample seeded by ``seed``).
+            Either way the list cycles when the source holds fewer tasks.
         progress: show a progress bar.
     """
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], engine: Engine, *, episodes: int,
                  sampling: SamplingConfig, seed: int = 0, max_seq_len: int = 2048, max_new_tokens: int = 256,
-                 num_envs: int | None = None, task_ids: Sequence[int] | None = None, progress: bool = False):
+                 num_envs: int | None = None, task_ids: Sequence[int] | Literal["first", "shuffle"] = "first",
+                 progress: bool = False):
         if episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {episodes}.")
         self.episodes = int(episodes)
@@ -109,8 +111,9 @@ class Evaluator:
                                  mode="tokens", tokenizer=engine.tokenizer, max_seq_len=max_seq_len,
                                  max_action_tokens=max_new_tokens, **dict(env_kwargs))
         num_tasks = len(self.envs.unwrapped.core.tasks)
-        if task_ids is None:
-            task_ids = [i % num_tasks for i in range(self.episodes)]
+        if task_ids in ("first", "shuffle"):
+            order = np.random.default_rng(self.seed).permutation(num_tasks) if task_ids == "shuffle" else None
+            task_ids = [i % num_tasks if order is None else order[i % num_tasks] for i in range(self.episodes)]
         task_ids = [int(t) for t in task_ids]
         if len(task_ids) != self.episodes or not all(0 <= t < num_tasks for t in task_ids):
             raise ValueError(f"task_ids must be {self.episodes} indices in [0, {num_tasks}), got {task_ids[:8]}...")

@@ -86,6 +86,12 @@ def test_eval_writes_rollouts_summary_and_histogram(tmp_path, capsys):
     assert summary["reward_mean"] == pytest.approx(sum(t.reward for t in trajectories) / 12)
     assert (tmp_path / "eval.rewards.png").read_bytes()[:4] == b"\x89PNG"
     assert "pass rate" in capsys.readouterr().out
+    shuffled = tmp_path / "shuffled.jsonl"
+    assert main(["eval", "LLMGSM8K-v0", *ARITHMETIC, "--model", "tiny", "--engine", "hf", "--n", "6", "--shuffle",
+                 "--seed", "3", "--max-new-tokens", "8", "--max-seq-len", "128", "--out", str(shuffled),
+                 "--no-progress"]) == 0
+    ids = [t.task_id for t in read_rollouts(shuffled)]
+    assert len(set(ids)) == 6 and ids != list(range(6))  # a seeded sample of distinct tasks
     env.close()
 
 
