@@ -85,7 +85,8 @@ class HashingState:
         steps: tokens generated since the prompt.
         done: the episode had ended (a restored env then needs ``reset``).
         task: the episode's task.
-        text: ``(text, prefix_offset, read_offset, emitted_chars)`` of the incremental decoder, or None.
+        text: the text and the incremental decoder's state (:meth:`IncrementalDetokenizer.state
+            <gym_llm.envs.detok.IncrementalDetokenizer.state>`), or None.
         signature: the env settings the state fits (vocab size, length, text, hash seed).
     """
 
@@ -95,7 +96,7 @@ class HashingState:
     steps: int
     done: bool
     task: Task
-    text: tuple[str, int, int, int] | None
+    text: tuple | None
     signature: tuple = field(repr=False)
 
 
@@ -150,7 +151,7 @@ class HashingCore:
         ids.setflags(write=False)
         text = None
         if self._decoder is not None:
-            text = (self._decoder.decode(ids.tolist()), self._decoder.prompt_context(ids.tolist()))
+            text = self._decoder.prompt(ids.tolist())
             if len(text[0]) >= self.max_text_chars:
                 raise ValueError(
                     f"Task {task.task_id}'s prompt decodes to {len(text[0])} characters; max_text_chars="

@@ -154,11 +154,16 @@ def test_async_vector_env():
 
 
 # ---------------------------------------------------------------------------------- text
+@pytest.mark.parametrize("path", ["byte-level", "window"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tokens=st.lists(st.integers(0, 511), min_size=1, max_size=40))
-def test_incremental_text_equals_full_decode(tiny_tok, tokens):
-    env = _TEXT_ENVS.setdefault("tiny", LLMHashingVectorEnv(
-        2, prompts=["Grüße aus Köln", "The fox"], tokenizer=tiny_tok, max_seq_len=64, text_output=True, eos_token_ids=()))
+def test_incremental_text_equals_full_decode(tiny_tok, path, tokens):
+    # the window path is what tokenizers without a byte-level decoder take (here: the same tokenizer, its
+    # Rust backend hidden behind a wrapper)
+    tok = tiny_tok if path == "byte-level" else _CountingTokenizer(tiny_tok, batch_backend=True)
+    env = _TEXT_ENVS.get(path) or _TEXT_ENVS.setdefault(path, LLMHashingVectorEnv(
+        2, prompts=["Grüße aus Köln", "The fox"], tokenizer=tok, max_seq_len=64, text_output=True, eos_token_ids=()))
+    assert env.chains.decoder.byte_level == (path == "byte-level")
     obs, _ = env.reset(seed=0)
     for t in tokens:
         obs = env.step(np.array([t, t]))[0]
@@ -169,6 +174,9 @@ def test_incremental_text_equals_full_decode(tiny_tok, tokens):
         assert full.startswith(text) and set(full[len(text):]) <= {"\ufffd"}
         if not full.endswith("\ufffd"):
             assert text == full
+        if path == "byte-level":  # exactly: the text, then the pending bytes of an unfinished character
+            pending = env.get_state(row).text[2]
+            assert len(pending) <= 3 and text + pending.decode("utf-8", "replace") == full
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -181,6 +189,37 @@ def test_incremental_text_equals_full_decode_qwen(qwen_tokenizer, tokens):
         obs = env.step(np.array([t]))[0]
     full = qwen_tokenizer.decode(_chain(obs, 0).tolist(), skip_special_tokens=False)
     assert full.startswith(obs["text"][0]) and set(full[len(obs["text"][0]):]) <= {"\ufffd"}
+    assert obs["text"][0] + env.get_state(0).text[2].decode("utf-8", "replace") == full
+
+
+def test_byte_level_table_decodes_like_the_tokenizer(qwen_tokenizer):
+    from gym_llm.envs.detok import byte_level_table
+
+    table = byte_level_table(qwen_tokenizer)
+    assert len(table) == 151_646 and table[151_645] == b"<|im_end|>"
+    rng = np.random.default_rng(0)
+    single_bytes = np.array([i for i, b in enumerate(table) if len(b) == 1] + [151_643, 151_644, 151_645])
+    for trial in range(200):  # random ids, and runs of single-byte tokens (split and invalid UTF-8) with specials
+        pool = single_bytes if trial % 2 else np.arange(len(table))
+        ids = rng.choice(pool, size=int(rng.integers(1, 50))).tolist()
+        ours = b"".join(table[i] for i in ids).decode("utf-8", "replace")
+        assert ours == qwen_tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_state_taken_in_the_middle_of_a_character_resumes_it(qwen_tokenizer):
+    ids = qwen_tokenizer.encode("🙂", add_special_tokens=False)
+    if len(ids) == 1:  # split the emoji's 4 bytes over byte tokens
+        from gym_llm.envs.detok import byte_level_table
+
+        table = byte_level_table(qwen_tokenizer)
+        ids = [table.index(bytes([b])) for b in "🙂".encode()]
+    env = LLMHashingEnv(prompts=["Hi "], tokenizer=qwen_tokenizer, max_seq_len=32, text_output=True)
+    env.reset(seed=0)
+    env.step(ids[0])
+    node = env.get_state()
+    finished = [env.step(t)[0]["text"] for t in ids[1:]][-1]
+    env.set_state(node)
+    assert [env.step(t)[0]["text"] for t in ids[1:]][-1] == finished == "Hi 🙂"
 
 
 def test_incremental_text_with_qwen_multibyte(qwen_tokenizer):
