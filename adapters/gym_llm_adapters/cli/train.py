@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_group.add_argument("--learning-rate", "--lr", type=float, default=1e-5, help="AdamW lr (default: 1e-5)")
     run_group.add_argument("--lr-warmup-steps", type=int, default=0,
                            help="linear lr warm-up at the start of each phase (default: 0)")
+    run_group.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default="constant",
+                           help="after the warm-up: constant, or a linear/cosine decay to 0 at the end of each "
+                                "phase (default: constant)")
     run_group.add_argument("--weight-decay", type=float, default=0.0)
     run_group.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0 = off (default: 1)")
     run_group.add_argument("--micro-batch-size", type=int, default=None,
@@ -114,6 +117,7 @@ def config_from_args(args: argparse.Namespace):
         engine=engine_kind(args), device=device, dtype=dtype_for(args, device), vllm_kwargs=dict(args.vllm_args),
         steps=args.steps, sft_warmup_steps=args.sft_warmup_steps, learning_rate=args.learning_rate,
         sft_learning_rate=args.sft_learning_rate, lr_warmup_steps=args.lr_warmup_steps,
+        lr_schedule=args.lr_schedule,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm or None, num_tasks=args.num_tasks,
         group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, max_seq_len=args.max_seq_len, beta=args.beta, epsilon=args.epsilon,

@@ -47,6 +47,9 @@ class TrainConfig:
         sft_learning_rate: of the warm-up SFT phase; None = ``learning_rate``.
         lr_warmup_steps: linear warm-up of each phase's learning rate from 0 (a fresh optimizer's first
             steps are full-size in every coordinate; warm-up avoids wrecking a warm-started policy).
+        lr_schedule: after the warm-up, ``"constant"`` (default), or a ``"linear"`` / ``"cosine"`` decay to 0 at the
+            phase's last step. A decay makes the end of a run stable: with Adam, every step moves the weights by
+            about the learning rate however small the gradient, so a constant rate keeps a converged policy moving.
         weight_decay / max_grad_norm: AdamW weight decay; gradient-norm clipping (None disables it).
 
     GRPO:
@@ -99,6 +102,7 @@ class TrainConfig:
     learning_rate: float = 1e-5
     sft_learning_rate: float | None = None
     lr_warmup_steps: int = 0
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0
     num_tasks: int = 8
@@ -136,6 +140,8 @@ class TrainConfig:
             raise ValueError(f"algorithm must be 'grpo' or 'sft', got {self.algorithm!r}.")
         if self.engine not in ("vllm", "hf"):
             raise ValueError(f"engine must be 'vllm' or 'hf', got {self.engine!r}.")
+        if self.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant', 'linear' or 'cosine', got {self.lr_schedule!r}.")
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}.")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
+import math
 import signal
 import threading
 import time
@@ -66,6 +68,25 @@ class TrainResult:
     out_dir: Path | None = None
 
 
+
+def lr_factor(i: int, *, warmup: int, length: int, schedule: str) -> float:
+    """The learning-rate multiplier of a phase's step ``i`` (0-based; ``length`` steps in the phase): linear warm-up
+    ``(i + 1) / (warmup + 1)`` for ``i < warmup``, then ``1`` (constant), or a decay that reaches 0 after the
+    phase's last step: linear ``(length - i) / (length - warmup)``, cosine ``0.5 (1 + cos(pi (i - warmup) /
+    (length - warmup)))``.
+
+    >>> [round(lr_factor(i, warmup=2, length=6, schedule="linear"), 3) for i in range(6)]
+    [0.333, 0.667, 1.0, 0.75, 0.5, 0.25]
+    """
+    if i < warmup:
+        return (i + 1) / (warmup + 1)
+    if schedule == "constant" or length <= warmup:
+        return 1.0
+    progress = (i - warmup) / (length - warmup)
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
 class Trainer:
     """Runs a :class:`TrainConfig` (module docstring: the loop).
 
@@ -92,8 +113,11 @@ class Trainer:
             step=0, phase="sft" if config.uses_sft else "grpo", version=0, rollout_records=0, reference=None,
             config=config.to_json())
         self.resumed_from = existing
+        self._optimizer_restored = False
         torch.manual_seed(config.seed)
         np.random.seed(config.seed % 2**32)
+        if existing is not None:
+            ckpt.restore_rng(existing)
         self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=config.dtype)
         self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
                                    seed=config.seed, version=self.state.version, max_model_len=config.max_seq_len,
@@ -134,9 +158,14 @@ class Trainer:
         cfg = self.config
         lr = cfg.sft_learning_rate if phase == "sft" and cfg.sft_learning_rate is not None else cfg.learning_rate
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=lr, weight_decay=cfg.weight_decay)
-        warmup = max(cfg.lr_warmup_steps, 0)
+        length = cfg.sft_warmup_steps if phase == "sft" and cfg.algorithm == "grpo" else cfg.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda i: min(1.0, (i + 1) / (warmup + 1)) if warmup else 1.0)
+            self.optimizer, functools.partial(lr_factor, warmup=max(cfg.lr_warmup_steps, 0), length=length,
+                                              schedule=cfg.lr_schedule))
+        if self.resumed_from is not None and not self._optimizer_restored:
+            self._optimizer_restored = True
+            if self.state.step > 0 and self._phase_of(self.state.step - 1) == phase:  # saved mid-phase: go on
+                ckpt.load_optimizer_state(self.resumed_from, self.optimizer, self.scheduler)
         self._phase_start = self.state.step
         if phase == "sft":
             from gym_llm_adapters.losses import SFTLoss
@@ -214,10 +243,10 @@ class Trainer:
             out = self._sft_loss.from_batch(self._logprobs(t), part, num_items=tokens)
             out.loss.backward()
             total += float(out.loss.detach())
+        lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
         grad_norm = self._optimizer_step()
         self._stale_engine = True
-        return {"sft/loss": total, "sft/tokens": float(tokens), "sft/grad_norm": grad_norm,
-                "sft/lr": self.scheduler.get_last_lr()[0]}
+        return {"sft/loss": total, "sft/tokens": float(tokens), "sft/grad_norm": grad_norm, "sft/lr": lr}
 
     def _grpo_step(self) -> dict[str, float]:
         from gym_llm_adapters.types import RolloutBatch
@@ -241,6 +270,7 @@ class Trainer:
             loss_total += float(out.loss.detach()) * scale
             clip_low += float(out.clip_low_fraction) * weight
             clip_high += float(out.clip_high_fraction) * weight
+        lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
         grad_norm = self._optimizer_step()
         version = self.sync.push()
         if self._writer is not None:
@@ -252,7 +282,7 @@ class Trainer:
             "train/pass_rate": float((rewards >= cfg.pass_threshold).mean()), "train/loss": loss_total,
             "train/clip_low_fraction": clip_low, "train/clip_high_fraction": clip_high,
             "train/policy_tokens_mean": tokens / len(batch), "train/grad_norm": grad_norm,
-            "train/lr": self.scheduler.get_last_lr()[0], "train/version": float(version),
+            "train/lr": lr, "train/version": float(version),
             "collector/tokens_per_s": self.collector.stats.tokens_per_s,
         })
         return metrics

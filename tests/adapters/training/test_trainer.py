@@ -69,7 +69,8 @@ def test_stop_then_resume_continues_where_the_checkpoint_is(tmp_path):
             stops.append(step)
             trainer.request_stop()
 
-    cfg = config(tmp_path, sft_warmup_steps=0, steps=5, num_tasks=2, group_size=4, tensorboard=True)
+    cfg = config(tmp_path, sft_warmup_steps=0, steps=5, num_tasks=2, group_size=4, tensorboard=True,
+                 lr_warmup_steps=1, lr_schedule="linear")
     trainer = Trainer(cfg, callbacks=[stop_at_step_3])
     with trainer:
         result = trainer.run()
@@ -97,6 +98,9 @@ def test_stop_then_resume_continues_where_the_checkpoint_is(tmp_path):
     steps = [r["step"] for r in rows if "train/loss" in r]
     assert steps == [1, 2, 3, 4, 5]  # the stale step-4 row of the crashed run is gone
     assert all(r.get("train/loss") != 123.0 for r in rows)
+    # the resumed run continues the learning-rate schedule (1 warm-up step, then linear decay to 0 after step 5)
+    lrs = [r["train/lr"] for r in rows if "train/loss" in r]
+    np.testing.assert_allclose(lrs, [3e-4 * f for f in (0.5, 1.0, 0.75, 0.5, 0.25)], rtol=1e-6)
     trajectories = read_rollouts(cfg.out_dir / "rollouts.jsonl")
     assert len(trajectories) == 5 * 8
     assert [t.versions[0] for t in trajectories[::8]] == [0, 1, 2, 3, 4]
