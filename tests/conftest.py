@@ -56,3 +56,15 @@ def tiny_tok():
     from gym_llm_adapters.models.tokenizers import tiny_tokenizer
 
     return tiny_tokenizer()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    from tests import background
+
+    background.start_selected(items)  # long subprocesses of selected tests run beside the suite (tests/background.py)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import background
+
+    background.stop_all()
