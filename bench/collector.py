@@ -34,7 +34,7 @@ import gymnasium as gym  # noqa: E402
 
 import gym_llm  # noqa: E402,F401
 from gym_llm_adapters.collector import Collector  # noqa: E402
-from gym_llm_adapters.engines import SamplingConfig  # noqa: E402
+from gym_llm_adapters.engines import SamplingConfig, cpu_paths  # noqa: E402
 
 
 def make_engine(kind: str, model: Path):
@@ -110,6 +110,7 @@ def main() -> None:
     parser.add_argument("--gsm8k", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"),
                         help="GSM8K jsonl (falls back to generated gsm_symbolic problems)")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     if args.model:
         model = Path(args.model)
     else:

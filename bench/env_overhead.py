@@ -24,6 +24,7 @@ from typing import Callable
 import gymnasium as gym
 
 import gym_llm  # noqa: F401
+from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 
 RESPONSE = "Let me think step by step. 3 + 4 = 7, and 7 * 2 = 14.\nSo the answer is 14.\n#### {answer}"
 
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--data-files", default=None)
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     data_files = args.data_files or _default_data()
     rows = []
     print(f"{'gym-llm env':<13}{'TorchRL env (mode)':<22}{'B':>4}{'gym-llm µs':>12}{'TorchRL µs':>12}{'ratio':>8}")

@@ -27,6 +27,7 @@ from _common import describe_machine, interleaved_times_s, rollout_batch, small_
 
 from gym_llm_adapters.logprobs import token_logprobs
 from gym_llm_adapters.losses import GRPOLoss, GRPOLossConfig, group_advantages, importance_sampling_weights
+from gym_llm_adapters.engines import cpu_paths
 
 OPTIONS = dict(loss_type="dapo", beta=0.04, epsilon=0.2, epsilon_high=0.28,
                vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0)
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096, help="token_logprobs max_tokens_per_forward (0 = None)")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     warnings.filterwarnings("ignore")
     _, model_dir = small_causal_lm(args.vocab, seed=0, save=True)
     trainer = build_trainer(model_dir, args.batch, args.seq - args.prompt)

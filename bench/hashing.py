@@ -7,7 +7,7 @@ sub-env; Qwen2.5's real tokenizer (151,646 ids) decodes the text. Both envs run 
 after the other, ``--repeat`` times; the best run of each is reported (other load only slows a run).
 
 * ours: ``LLMHashingVectorEnv(B, ...)`` — numpy batch state, chain hash ``h <- H(h, token)``, text
-  decoded incrementally (a window of the newest tokens per row, one batched decode call per step);
+  decoded incrementally (each new token's bytes from a table, through a per-row UTF-8 decoder);
 * TorchRL 0.14: ``torchrl.envs.llm.LLMHashingEnv`` with a batch-B TensorDict — SipHash of
   ``(h, token)`` per row, text by ``batch_decode`` of every full sequence each step.
 
@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "adapters")]
 
 from gym_llm.envs.chain_hash import chain_hash  # noqa: E402
 from gym_llm.envs.hashing import LLMHashingVectorEnv  # noqa: E402
+from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 
 
 def run_ours(tokenizer, prompts: np.ndarray, actions: np.ndarray, text: bool) -> tuple[float, dict]:
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=128, help="S, steps (tokens per sub-env)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 

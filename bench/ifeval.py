@@ -30,6 +30,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from gym_llm.envs.ifeval import LLMIFEvalVectorEnv  # noqa: E402
 from gym_llm.rewards.ifeval import evaluate, prepare  # noqa: E402
+from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ifeval" / "input_data.jsonl"
 
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=541, help="prompts scored per mode")
     parser.add_argument("--repeat", type=int, default=3, help="runs per mode (round-robin); the best is reported")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     load_before = os.getloadavg()
     logging.disable(logging.ERROR)  # the checkers log an error for every reply langdetect cannot read
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]

@@ -28,6 +28,7 @@ from _common import describe_machine, interleaved_times_s, rollout_batch, small_
 
 from gym_llm_adapters.kl import ReferenceKL, ReferenceKLConfig
 from gym_llm_adapters.logprobs import token_logprobs
+from gym_llm_adapters.engines import cpu_paths
 
 
 def raw_forward(model, batch):
@@ -81,6 +82,7 @@ def main() -> None:
                         help="ReferenceKLConfig.max_tokens_per_forward (0 = None: one forward)")
     parser.add_argument("--skip-torchrl", action="store_true")
     args = parser.parse_args()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     warnings.filterwarnings("ignore")
     from gym_llm_adapters.models.tiny import tiny_model_dir
 

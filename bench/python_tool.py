@@ -168,6 +168,9 @@ def main() -> None:
     parser.add_argument("--no-persistent", action="store_true", help="skip TorchRL's persistent mode")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from gym_llm_adapters.engines import cpu_paths
+
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     print(f"B={args.batch}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (other jobs skew timings)")
     ours = run_gym_llm(args.batch, args.rounds)
     baselines = [run_torchrl(args.batch, args.torchrl_rounds, persistent=False)]

