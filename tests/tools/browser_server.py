@@ -52,12 +52,31 @@ def _html(title: str, body: str) -> bytes:
     return f"<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>".encode()
 
 
+EGRESS_SCRIPT = """
+const log = (text) => { const out = document.getElementById("out"); if (out) out.textContent += " | " + text; };
+const servers = [{urls: "stun:127.0.0.1:PORT"}, {urls: "turn:127.0.0.1:PORT?transport=udp", username: "u", credential: "p"},
+                 {urls: "turn:127.0.0.1:PORT?transport=tcp", username: "u", credential: "p"}];
+for (const Peer of [window.RTCPeerConnection, window.webkitRTCPeerConnection]) {
+  try {
+    const pc = new Peer({iceServers: servers, iceTransportPolicy: "all"});
+    pc.createDataChannel("leak");
+    pc.onicecandidate = (e) => { if (e.candidate) log("candidate " + e.candidate.candidate); };
+    pc.createOffer().then((offer) => pc.setLocalDescription(offer)).catch((e) => log("offer " + e));
+    log("peer created");
+  } catch (e) { log("rtc " + e); }
+}
+try { new WebTransport("https://127.0.0.1:PORT/leak").ready.catch((e) => log("wt " + e)); log("wt created"); }
+catch (e) { log("wt " + e); }
+"""
+
+
 class Pages:
     """The allowed site. ``forbidden`` is the origin of the server nothing may reach."""
 
     def __init__(self, forbidden: str):
         self.forbidden = forbidden
         self.release = threading.Event()  # /slow answers only once this is set (or after 30 s)
+        self.egress_port = 9  # /egress aims its non-HTTP traffic here (the test sets a port it listens on)
 
     def render(self, path: str) -> tuple[int, dict[str, str], bytes]:
         f = self.forbidden
@@ -105,4 +124,9 @@ class Pages:
                 f'navigator.sendBeacon("{f}/beacon", "x"); new Image().src = "{f}/pixel";</script>'
                 f'<form id="f" method="post" action="{f}/post"><input name="a" value="1"></form>'
                 '<button onclick="document.getElementById(\'f\').submit()">Send</button>'))
+        if path == "/egress":  # traffic that HTTP routing never sees: WebRTC (UDP and TCP), WebTransport (QUIC)
+            p = self.egress_port
+            return 200, {}, _html("Egress", "<p id=out>egress page</p><script>" + EGRESS_SCRIPT.replace("PORT", str(p))
+                                  + "</script><iframe srcdoc=\"<script>" + EGRESS_SCRIPT.replace("PORT", str(p))
+                                  .replace('"', "&quot;") + "</script>\"></iframe>")
         return 404, {}, _html("Not found", "<p>no such page</p>")

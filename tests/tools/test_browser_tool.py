@@ -8,6 +8,7 @@ import pickle
 import re
 import subprocess
 import sys
+import socket
 import threading
 import time
 from pathlib import Path
@@ -105,6 +106,33 @@ def test_disallowed_host_receives_nothing(session, site, forbidden):
     assert [url for url in expected if url not in session.blocked] == []  # aborted by the routing layer
     assert any(url.startswith(websocket) for url in session.blocked)
     assert forbidden.hits == []
+
+
+def test_webrtc_and_webtransport_send_nothing(session, site):
+    """Traffic the HTTP routing layer never sees: STUN and TURN (UDP and TCP) from RTCPeerConnection, QUIC from
+    WebTransport — from the page and from an iframe. A UDP and a TCP listener on the port they aim at hear nothing."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    port = udp.getsockname()[1]
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("127.0.0.1", port))
+    tcp.listen(4)
+    site.pages.egress_port = port
+    try:
+        result = act(session, "navigate", url=site.origin + "/egress")
+        assert result.status == "ok", result.content
+        udp.settimeout(3.0)
+        with pytest.raises(socket.timeout):
+            print("UDP RECEIVED", udp.recvfrom(2048))
+        tcp.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            print("TCP CONNECTED", tcp.accept())
+        text = act(session, "read").content
+        assert "candidate" not in text, text  # no ICE candidate, not even a host one
+    finally:
+        udp.close()
+        tcp.close()
 
 
 def test_redirect_hop_to_a_disallowed_port_is_stopped_by_the_resolver_layer(session, site, forbidden):

@@ -10,6 +10,12 @@ The allow-list is enforced twice, by independent layers:
    so what routing does not see — redirect hops, browser-internal fetches, prefetches — still cannot
    connect. Exact ``host:port`` entries are port-exact here too; wildcard entries are host-only.
 
+Traffic that is neither HTTP(S) nor a WebSocket — WebRTC's STUN/TURN (UDP, and TCP to IP literals that need no
+resolving) and WebTransport's QUIC — would bypass both, so it is off: Chromium runs without QUIC and with WebRTC
+restricted to proxied UDP with no proxy (it gathers no candidate, sends no packet), and the runtime deletes those
+constructors from every frame before its scripts run. A hostile page's STUN, TURN and WebTransport attempts are
+tested against UDP and TCP listeners.
+
 >>> policy = HostPolicy.from_config(BrowserConfig(allowed_hosts=("example.com", "127.0.0.1:8000", "*.wiki.test")))
 >>> [policy.allows(u) for u in ("https://example.com/a", "http://example.com:8080/", "http://127.0.0.1:8000/x",
 ...                             "http://127.0.0.1:8001/", "http://en.wiki.test/", "file:///etc/passwd")]
@@ -37,11 +43,15 @@ _ENTRY_FORMS = "'example.com', 'example.com:8080', 'example.com:*', '*.example.c
 _CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 # Flags for a headless Chromium that never phones home (these hosts are unreachable anyway and each
-# refused connection costs time) and runs in containers with a small /dev/shm.
+# refused connection costs time), runs in containers with a small /dev/shm, and sends nothing but HTTP(S) and
+# WebSockets, the traffic the routing layer sees: no QUIC (so no WebTransport either), and WebRTC may only use a
+# proxy for UDP — there is none, so it gathers no candidate and sends no STUN/TURN packet.
 CHROMIUM_FLAGS = (
     "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--disable-breakpad",
     "--disable-domain-reliability", "--metrics-recording-only", "--no-default-browser-check",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 

@@ -29,6 +29,17 @@ T = TypeVar("T")
 LAUNCH_TIMEOUT_S = 60.0
 
 
+_NO_PEER_TRAFFIC = """
+for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel", "RTCIceTransport",
+                    "RTCSctpTransport", "WebTransport"]) {
+  try { delete globalThis[name]; } catch (e) {}
+}
+"""
+"""Removes the APIs that send traffic the routing layer never sees, in every frame. Defense in depth: the Chromium
+flags in :data:`~gym_llm.tools.browser.config.CHROMIUM_FLAGS` already keep WebRTC from gathering candidates and QUIC
+(WebTransport's transport) off; this also takes the constructors away."""
+
+
 class BrowserRuntime:
     """One event-loop thread and (from the first action on) one Chromium process shared by all tabs.
 
@@ -105,6 +116,7 @@ class BrowserRuntime:
             accept_downloads=False, service_workers="block", java_script_enabled=config.javascript,
             viewport={"width": width, "height": height}, locale=config.locale,
         )
+        await context.add_init_script(_NO_PEER_TRAFFIC)  # every frame, before its scripts (the flags already hold)
         context.set_default_timeout(config.timeout_s * 1000)
         context.set_default_navigation_timeout(config.timeout_s * 1000)
         tab = Tab(context, None, config, self.policy, read_name=self.read_name)  # type: ignore[arg-type]
