@@ -57,6 +57,8 @@ def _json_call(body: str, *, closed: bool) -> ToolCall:
         payload = json.loads(body)
     except json.JSONDecodeError as e:
         return ToolCall("", error=f"the <tool_call> body is not valid JSON ({e}); {_EXPECTED}.")
+    except RecursionError:  # model-written JSON nested deeper than the parser's stack
+        return ToolCall("", error=f"the <tool_call> JSON is nested too deeply to parse; {_EXPECTED}.")
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
         return ToolCall("", error=f"the <tool_call> JSON has no \"name\" string; {_EXPECTED}.")
     name = payload["name"]
@@ -66,6 +68,8 @@ def _json_call(body: str, *, closed: bool) -> ToolCall:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as e:
             return ToolCall(name, error=f"the \"arguments\" string of {name!r} is not valid JSON ({e}).")
+        except RecursionError:
+            return ToolCall(name, error=f"the \"arguments\" string of {name!r} is nested too deeply to parse.")
     if not isinstance(arguments, dict):
         return ToolCall(name, error=f"\"arguments\" of {name!r} must be a JSON object, got {type(arguments).__name__}.")
     call_id = payload.get("id")

@@ -12,7 +12,7 @@ from gym_llm.tools.base import ToolCall, ToolResult, function_schema, invalid_re
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.pool import SandboxPool
 from gym_llm.tools.sandbox.process import (ReplChannel, ReplReply, Sandbox, SandboxError, describe_wait_status,
-                                           find_bwrap)
+                                           find_bwrap, limits_in_force)
 from gym_llm.tools.sandbox.seccomp import repl_filter, sandbox_filter
 
 __all__ = ["PythonTool", "PythonSession"]
@@ -86,12 +86,20 @@ class PythonTool:
         if self._owner_pid != os.getpid():
             self._init_runtime()
 
+    @property
+    def limits(self) -> dict[str, str]:
+        """What confines this tool's code on this host, one line per resource (isolation, host uid, memory,
+        threads, cpu, files, syscalls): detected, so a limit the host cannot enforce says so and why."""
+        return limits_in_force(self.config)
+
     def _probe(self) -> None:
         """Start one sandbox now (once per process and setting) so a broken setup fails loudly here."""
-        key = (self.bwrap, self.config.isolation, self.config.allow_subprocess, self.config.site_packages)
+        key = (self.bwrap, self.config.isolation, self.config.allow_subprocess, self.config.site_packages,
+               self.config.cgroups)
         with _PROBE_LOCK:
             if key in _PROBED:
                 return
+            logger.info("PythonTool sandbox on this host: %s", "; ".join(f"{k}: {v}" for k, v in self.limits.items()))
             sandbox_filter(), repl_filter(self.config.allow_subprocess)  # raises if libseccomp is missing
             sandbox = Sandbox.spawn(self.config, self.bwrap)
             try:
@@ -174,6 +182,7 @@ class PythonSession:
         self._sandbox: Sandbox | None = None
         self._pool: SandboxPool | None = None  # the pool the sandbox came from (outlives a detach)
         self._channel: ReplChannel | None = None
+        self._oom_kills = 0  # the sandbox cgroup's count when this REPL started
 
     def run(self, call: ToolCall) -> ToolResult:
         code = call.arguments.get("code") if isinstance(call.arguments, dict) else None
@@ -195,7 +204,9 @@ class PythonSession:
                 reply = self._ensure_channel().execute(code)
             except SandboxError as e:
                 return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
-        why = self._restart() if reply.status in ("timeout", "crashed", "dead") else ""
+        why = self._restart(reply.wait_status) if reply.status in ("timeout", "crashed", "dead") else ""
+        if reply.status == "crashed" and reply.error:  # the relay said why (e.g. the reply channel was tampered with)
+            why = reply.error
         result = self._result(call, reply, why)
         if note:
             result = ToolResult(call, note + result.content, result.status, result.duration_s, result.truncated)
@@ -210,6 +221,7 @@ class PythonSession:
                 self._sandbox = self._pool.acquire()
             try:
                 self._channel = self._sandbox.start_repl()
+                self._oom_kills = self._sandbox.cgroup.oom_kills() if self._sandbox.cgroup is not None else 0
                 return self._channel
             except SandboxError:
                 self._pool.release(self._sandbox, reusable=False)
@@ -218,15 +230,20 @@ class PythonSession:
                     raise
         raise AssertionError("unreachable")
 
-    def _restart(self) -> str:
-        """End the broken REPL; the next call forks a fresh one. Returns why it ended."""
+    def _restart(self, wait_status: int | None = None) -> str:
+        """End the broken REPL; the next call forks a fresh one. Returns why it ended (``wait_status``: how the
+        REPL ended, when its relay saw it)."""
         sandbox, channel = self._sandbox, self._channel
         self._channel = None
         status = sandbox.end_repl(channel)
+        out_of_memory = sandbox.cgroup is not None and sandbox.cgroup.oom_kills() > self._oom_kills
         if not sandbox.alive or self.config.allow_subprocess:  # leftover processes: use a fresh sandbox
             self._pool.release(sandbox, reusable=False)
             self._sandbox = None
-        return describe_wait_status(status, self.config)
+        if out_of_memory:
+            return (f"killed for exceeding the memory limit of {self.config.memory_limit_mb} MiB "
+                    "(memory, files in its scratch dir and shared memory count together)")
+        return describe_wait_status(wait_status if wait_status is not None else status, self.config)
 
     def _result(self, call: ToolCall, reply: ReplReply, why: str) -> ToolResult:
         if reply.status == "timeout":

@@ -28,7 +28,15 @@ class SandboxConfig:
             kills it past the limit (+1 s grace for the hard limit).
         file_size_limit_mb: ``RLIMIT_FSIZE``, the largest file user code can write.
         max_open_files: ``RLIMIT_NOFILE``.
+        max_threads: threads the REPL may run at once (its main thread included): a ``pids`` cgroup where the host
+            has one (see :mod:`gym_llm.tools.sandbox.cgroups`), and ``RLIMIT_NPROC`` on a root host (each REPL has
+            a host uid of its own). Unenforced only on a non-root host without a delegated cgroup
+            (``PythonTool.limits`` says which apply).
         scratch_size_mb: size of the tmpfs scratch dir (``/scratch``, also ``/tmp`` and ``$HOME``).
+        max_files: inodes of the scratch tmpfs (files + directories): bounds the kernel memory a flood of tiny
+            files takes, which its size does not.
+        cgroups: ``"auto"`` (default): a memory + pids cgroup per sandbox when the host allows it, else rlimits
+            only; ``"required"``: refuse to start without one; ``"off"``: never.
         max_output_chars: stdout+stderr (and the last expression's repr) kept per call; the rest is
             dropped and a visible ``[... N more characters truncated ...]`` marker is added.
         max_error_chars: the traceback kept per call (its tail, where the error is).
@@ -51,7 +59,10 @@ class SandboxConfig:
     cpu_limit_s: int = 60
     file_size_limit_mb: int = 16
     max_open_files: int = 256
+    max_threads: int = 64
     scratch_size_mb: int = 64
+    max_files: int = 4096
+    cgroups: Literal["auto", "required", "off"] = "auto"
     max_output_chars: int = 4096
     max_error_chars: int = 2048
     allow_subprocess: bool = False
@@ -70,13 +81,19 @@ class SandboxConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}.")
+        if self.cgroups not in ("auto", "required", "off"):
+            raise ValueError(f"cgroups must be 'auto', 'required' or 'off', got {self.cgroups!r}.")
         for name in ("memory_limit_mb", "cpu_limit_s", "file_size_limit_mb", "max_open_files", "scratch_size_mb",
-                     "max_output_chars", "max_error_chars", "max_episodes_per_sandbox"):
+                     "max_output_chars", "max_error_chars", "max_episodes_per_sandbox", "max_threads", "max_files"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
         if self.memory_limit_mb < 64:
             raise ValueError(f"memory_limit_mb must be >= 64 (the interpreter alone needs ~30 MB), got {self.memory_limit_mb}.")
+        if self.max_threads < 2:
+            raise ValueError(f"max_threads must be >= 2 (the interpreter's main thread counts), got {self.max_threads}.")
+        if self.max_files < 16:
+            raise ValueError(f"max_files must be >= 16, got {self.max_files}.")
         if self.max_open_files < 16:
             raise ValueError(f"max_open_files must be >= 16 (the interpreter needs a few), got {self.max_open_files}.")
         if isinstance(self.preload, str) or not all(isinstance(m, str) and m for m in self.preload):

@@ -50,6 +50,8 @@ class SandboxPool:
         self._error_at = 0.0
         self._closed = False
         self.spawned = 0
+        self.killed = 0
+        self._spawning = False
         self._thread = threading.Thread(target=self._spawn_loop, name="gym_llm_sandbox_spawner", daemon=True)
         self._thread.start()
 
@@ -102,12 +104,22 @@ class SandboxPool:
                 self._cond.notify_all()
                 return
             self._cond.notify_all()
+            self.killed += 1
         sandbox.kill()
 
     @property
     def idle(self) -> int:
         with self._cond:
             return len(self._idle)
+
+    def settled(self, timeout_s: float = 10.0) -> int:
+        """Wait until no sandbox is being started; return how many are alive (idle or in use)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while (self._spawning or self._needed() > 0 and self._error is None) and not self._closed:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    break
+            return len(self._idle) + self._busy
 
     def close(self) -> None:
         """Kill the idle sandboxes and stop the spawner; busy ones are killed when released."""
@@ -142,15 +154,18 @@ class SandboxPool:
                     if pause > 0:
                         self._cond.wait(pause)
                         continue
+                self._spawning = True
             try:
                 sandbox = Sandbox.spawn(self.config, self.bwrap)
             except Exception as e:  # surfaced to acquirers; retried after a pause
                 logger.error("starting a sandbox failed: %s", e)
                 with self._cond:
+                    self._spawning = False
                     self._error, self._error_at = e, time.monotonic()
                     self._cond.notify_all()
                 continue
             with self._cond:
+                self._spawning = False
                 self.spawned += 1
                 self._error = None
                 if self._closed:

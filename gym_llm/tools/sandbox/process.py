@@ -1,18 +1,26 @@
-"""Host side of one sandbox: the bubblewrap process, its zygote, and the per-episode REPL channel.
+"""Host side of one sandbox: bubblewrap, its zygote, and the per-episode REPL channel.
 
-Process tree (``isolation="bwrap"``)::
+Process tree (``isolation="bwrap"``; :mod:`gym_llm.tools.sandbox.server` has the inside)::
 
-    host python ── bwrap (outer, --die-with-parent) ── bwrap init (pid 1 in the sandbox)
-                                                          └─ zygote (pid 2; the sandbox seccomp filter)
-                                                               └─ REPL (one per episode; + the REPL filter)
+    host python ── [sh: join the sandbox's cgroup] ── bwrap (--die-with-parent) ── bwrap init (pid 1)
+                                                        └─ zygote ─ relay ─ REPL (pid 1 of its own namespaces)
 
-Killing the outer bwrap kills the whole pid namespace. A sandbox must be spawned from a thread that
-outlives it (``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the spawning *thread*
-exits): :class:`~gym_llm.tools.sandbox.pool.SandboxPool` spawns from its own long-lived thread.
+* **Host root.** On a root host bubblewrap runs in user namespaces made by :mod:`~gym_llm.tools.sandbox.userns`:
+  the zygote and relays are an unprivileged host uid with capabilities only inside the sandbox's namespace, and
+  each REPL drops to a host uid of its own with none. On a non-root host bubblewrap makes the user namespace
+  itself (everything is the host user).
+* **Resources.** A memory + pids cgroup per sandbox where the host allows one
+  (:mod:`~gym_llm.tools.sandbox.cgroups`), joined before bubblewrap starts; rlimits and tmpfs caps in every REPL.
+* Killing the outer bwrap kills the whole pid namespace, nested ones included.
+
+A sandbox must be spawned from a thread that outlives it (``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which
+fires when the spawning *thread* exits): :class:`~gym_llm.tools.sandbox.pool.SandboxPool` spawns from its own
+long-lived thread.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -29,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gym_llm.tools.sandbox import cgroups, userns
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
 
@@ -37,8 +46,15 @@ __all__ = ["Sandbox", "ReplChannel", "ReplReply", "SandboxError", "SandboxUnavai
 logger = logging.getLogger(__name__)
 
 SCRATCH = "/scratch"
-_SANDBOX_UID = "65534"  # "nobody" inside the sandbox's user namespace
 _CONTROL_TIMEOUT_S = 5.0
+_ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL")
+"""Capabilities the zygote keeps inside the sandbox's user namespace: to build each REPL's namespaces and mounts,
+switch it to its uid, lock its securebits and end it. The REPL drops them all before it runs user code."""
+_CGROUP_SLACK_BYTES = 32 << 20  # the pre-forked spare REPL and the relays, beyond the sandbox's start-up size
+_CGROUP_TASKS = 16  # zygote, relays, spare REPL, bwrap: tasks beyond the REPL's max_threads
+_JOIN_CGROUP = 'for f do case $f in --) shift; break;; esac; echo $$ > "$f" || exit 96; shift; done; exec "$@"'
+_CGROUPS: "cgroups.CgroupSupport | None" = None
+_SANDBOX_IDS = itertools.count()
 _SERVER_SOURCE: str | None = None
 
 
@@ -115,22 +131,76 @@ def _readonly_paths(config: SandboxConfig) -> list[str]:
     return [p for p in existing if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in existing)]
 
 
-def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int) -> list[str]:
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            "--uid", _SANDBOX_UID, "--gid", _SANDBOX_UID, "--hostname", "sandbox"]
-    for path in _readonly_paths(config):
-        argv += ["--ro-bind", path, _sandbox_path(path)]
+def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespaces: tuple[int, int] | None) -> list[str]:
+    """bubblewrap's arguments. ``user_namespaces``: the root host's ``(U1, U2)`` fds, or None (bwrap makes one)."""
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    for cap in _ZYGOTE_CAPS:
+        argv += ["--cap-add", cap]
+    if user_namespaces is not None:
+        argv += ["--userns", str(user_namespaces[0]), "--userns2", str(user_namespaces[1])]
+    else:
+        argv += ["--unshare-user", "--uid", "0", "--gid", "0"]
+    binds = [(path, _sandbox_path(path)) for path in _readonly_paths(config)]
+    ancestors = sorted({str(parent) for _, dest in binds for parent in Path(dest).parents if str(parent) != "/"},
+                       key=lambda p: p.count("/"))
+    for parent in ancestors:  # made world-traversable (bwrap would copy a host 0700 /root, closed to the REPL's uid)
+        argv += ["--perms", "0755", "--dir", parent]
+    for path, dest in binds:
+        argv += ["--ro-bind", path, dest]
     for link in ("/lib", "/lib64"):
         if os.path.islink(link):  # merged-/usr systems: /lib -> usr/lib
             argv += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             argv += ["--ro-bind", link, link]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(config.scratch_size_mb << 20), "--tmpfs", SCRATCH, "--symlink", SCRATCH, "/tmp",
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH, "--clearenv"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs", SCRATCH,
+             "--symlink", SCRATCH, "/tmp", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in _sandbox_env().items():
         argv += ["--setenv", key, value]
     return argv + ["--seccomp", str(seccomp_fd), "--"]
+
+
+def limits_in_force(config: SandboxConfig) -> dict[str, str]:
+    """What confines a REPL on this host with ``config``, one line per resource (``PythonTool.limits``; logged when
+    a tool is first attached). Detected, not assumed: the cgroup lines say why a limit is missing."""
+    if config.isolation == "none":
+        return {"isolation": "NONE: the code runs as a plain host process (isolation='none')",
+                "memory": f"RLIMIT_AS {config.memory_limit_mb} MiB", "cpu": f"RLIMIT_CPU {config.cpu_limit_s} s",
+                "network": "seccomp: no socket()", "processes": "seccomp: no fork/exec" if not config.allow_subprocess
+                else "allowed"}
+    support = cgroup_support() if config.cgroups != "off" else cgroups.CgroupSupport(None, reason="cgroups='off'")
+    root = os.geteuid() == 0
+    group = f"cgroup v{support.version}" if support.version else None
+    if group:
+        memory = (f"RLIMIT_AS {config.memory_limit_mb} MiB, and a per-sandbox {group} memory limit that also counts "
+                  "scratch files, shared memory and kernel memory")
+        threads = f"{config.max_threads}: {group} pids" + (", and RLIMIT_NPROC (own uid)" if root else "")
+    else:
+        memory = (f"RLIMIT_AS {config.memory_limit_mb} MiB only ({support.reason}); scratch files are bounded by "
+                  "the tmpfs size and inode count")
+        threads = (f"{config.max_threads}: RLIMIT_NPROC (each REPL has its own host uid)" if root else
+                   f"not capped ({support.reason}; a non-root host gives every REPL the host user's uid)")
+    return {
+        "isolation": "bubblewrap; each REPL alone in its own pid, mount and IPC namespaces (no /proc), no network",
+        "host_uid": (f"REPLs: dedicated unprivileged uids from {userns.REPL_UID_BASE}; zygote: {userns.ZYGOTE_UID}; "
+                     "no capabilities in any namespace") if root else
+                    f"the host user ({os.geteuid()}); no capabilities",
+        "memory": memory,
+        "threads": threads,
+        "cpu": f"RLIMIT_CPU {config.cpu_limit_s} s per episode; {config.timeout_s:g} s wall clock per call",
+        "files": (f"scratch tmpfs {config.scratch_size_mb} MiB, {config.max_files} inodes, new per episode; "
+                  f"RLIMIT_FSIZE {config.file_size_limit_mb} MiB; RLIMIT_NOFILE {config.max_open_files}"),
+        "syscalls": "seccomp allow-list" + (" (with fork/exec)" if config.allow_subprocess else "; no fork/exec"),
+    }
+
+
+def cgroup_support() -> "cgroups.CgroupSupport":
+    """The host's cgroup support, detected once per process."""
+    global _CGROUPS
+    if _CGROUPS is None:
+        _CGROUPS = cgroups.detect()
+        logger.info("Python sandbox cgroups: %s", _CGROUPS.reason)
+    return _CGROUPS
 
 
 def _sandbox_env() -> dict[str, str]:
@@ -151,6 +221,7 @@ class ReplReply:
         omitted_chars: characters of output dropped past the cap.
         error: the formatted traceback (``status == "error"``) or why the REPL stopped.
         duration_s: wall time of the call as seen by the host.
+        wait_status: how the REPL process ended (``crashed``/``dead``, when its relay saw it), else None.
     """
 
     status: Literal["ok", "error", "timeout", "crashed", "dead"]
@@ -158,6 +229,7 @@ class ReplReply:
     omitted_chars: int
     error: str
     duration_s: float
+    wait_status: int | None = None
 
 
 def _clean_text(value: object) -> str:
@@ -196,6 +268,10 @@ class ReplChannel:
                 raise _Broken(f"reply of {size} bytes exceeds the protocol's {self.max_reply_bytes}")
             reply = json.loads(self._read(size, deadline))
             status = reply["status"]
+            if status in ("crashed", "dead"):  # the relay saw the REPL end
+                wait_status = reply.get("wait_status")
+                return ReplReply(status, "", 0, _clean_text(reply.get("error", ""))[:2000], time.perf_counter() - start,
+                                 wait_status if isinstance(wait_status, int) else None)
             if status not in ("ok", "error"):
                 raise _Broken(f"unknown status {status!r}")
             return ReplReply(status, _clean_text(reply["output"]), int(reply["omitted_chars"]),
@@ -245,37 +321,87 @@ class _Broken(Exception):
     """The REPL stopped following the protocol (it died, or user code wrote to its pipe)."""
 
 
+def _make_cgroup(config: SandboxConfig) -> "cgroups.SandboxCgroup | None":
+    """The sandbox's own memory + pids cgroup, where the host allows one and the config wants it."""
+    if config.cgroups == "off" or config.isolation != "bwrap":
+        return None
+    support = cgroup_support()
+    if support.version is None:
+        if config.cgroups == "required":
+            raise SandboxUnavailableError(f"SandboxConfig(cgroups='required'), but {support.reason}. Run as root, "
+                                          "delegate a cgroup v2 subtree to this user, or use cgroups='auto'.")
+        return None
+    return cgroups.SandboxCgroup(support, f"sandbox-{next(_SANDBOX_IDS)}",
+                                 max_tasks=config.max_threads + _CGROUP_TASKS)
+
+
+@dataclass
+class _Resources:
+    """What a sandbox holds on the host, released when it is killed."""
+
+    scratch: str | None = None  # isolation="none": a host temp dir (bwrap: a tmpfs per REPL)
+    cgroup: "cgroups.SandboxCgroup | None" = None
+    uids: tuple[int, int] | None = None  # root host: the host uids of its REPLs
+
+    def release(self) -> None:
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.uids is not None:
+            userns.release_uid_pair(self.uids)
+        self.scratch = self.cgroup = self.uids = None
+
+
 class Sandbox:
     """One sandbox (bubblewrap + zygote). Serves one episode's REPL at a time."""
 
     def __init__(self, process: subprocess.Popen, control: socket.socket, config: SandboxConfig,
-                 scratch: str | None, startup_s: float, preload_errors: dict[str, str]):
+                 resources: _Resources, startup_s: float, preload_errors: dict[str, str]):
         self.process = process
         self.control = control
         self.config = config
-        self.host_scratch = scratch  # isolation="none": a host temp dir; bwrap: None (tmpfs)
+        self.resources = resources
         self.startup_s = startup_s
         self.preload_errors = preload_errors
         self.episodes = 0
         self.alive = True
+
+    @property
+    def host_scratch(self) -> str | None:
+        """``isolation="none"``: the host dir the REPLs use as scratch (wiped between episodes)."""
+        return self.resources.scratch
+
+    @property
+    def cgroup(self) -> "cgroups.SandboxCgroup | None":
+        return self.resources.cgroup
 
     # ------------------------------------------------------------------------------- start
     @classmethod
     def spawn(cls, config: SandboxConfig, bwrap: str | None = None) -> "Sandbox":
         """Start a sandbox and wait until its zygote is ready. Call it from a long-lived thread."""
         start = time.perf_counter()
-        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sandboxed = config.isolation == "bwrap"  # bwrap's mount namespace moves host paths under /tmp
-        scratch = None if sandboxed else tempfile.mkdtemp(prefix="gym_llm_scratch_")
+        root_host = sandboxed and os.geteuid() == 0
+        resources = _Resources()
+        host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         seccomp_fd = -1
         try:
+            resources.scratch = None if sandboxed else tempfile.mkdtemp(prefix="gym_llm_scratch_")
+            namespaces = userns.root_namespaces() if root_host else None
+            resources.uids = userns.repl_uid_pair() if root_host else None
+            resources.cgroup = _make_cgroup(config)
             server_config = {
-                "control_fd": sandbox_end.fileno(), "scratch": scratch or SCRATCH,
-                "repl_filter": repl_filter(config.allow_subprocess).hex(),
+                "control_fd": sandbox_end.fileno(), "scratch": resources.scratch or SCRATCH, "sandboxed": sandboxed,
+                "repl_filter": repl_filter(config.allow_subprocess, 1 if sandboxed else SELF_PID_PLACEHOLDER).hex(),
+                "repl_uids": list(resources.uids) if resources.uids else None, "become_root": root_host,
                 "paths": [_sandbox_path(p) if sandboxed else p for p in _import_paths(config)],
                 "preload": list(config.preload), "memory_bytes": config.memory_limit_mb << 20,
                 "cpu_s": config.cpu_limit_s, "file_size_bytes": config.file_size_limit_mb << 20,
-                "max_open_files": config.max_open_files, "self_pid_placeholder": SELF_PID_PLACEHOLDER,
+                "max_open_files": config.max_open_files, "max_threads": config.max_threads,
+                "scratch_bytes": config.scratch_size_mb << 20, "scratch_inodes": config.max_files,
+                "max_output_chars": config.max_output_chars, "max_error_chars": config.max_error_chars,
+                "self_pid_placeholder": SELF_PID_PLACEHOLDER,
             }
             interpreter = _sandbox_path(_interpreter()) if sandboxed else _interpreter()
             command = [interpreter, "-I", "-S", "-B", "-c", _server_source(), json.dumps(server_config)]
@@ -284,26 +410,31 @@ class Sandbox:
                 seccomp_fd = os.memfd_create("gym_llm_seccomp", 0)
                 os.write(seccomp_fd, sandbox_filter())
                 os.lseek(seccomp_fd, 0, os.SEEK_SET)
-                command = _bwrap_argv(bwrap or find_bwrap(), config, seccomp_fd) + command
-                pass_fds.append(seccomp_fd)
+                command = _bwrap_argv(bwrap or find_bwrap(), config, seccomp_fd, namespaces) + command
+                pass_fds += [seccomp_fd, *(namespaces or ())]
+            if resources.cgroup is not None:  # join the cgroup, then become bwrap: nothing starts outside it
+                command = ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *resources.cgroup.procs_files, "--", *command]
             process = subprocess.Popen(
                 command, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, start_new_session=True, cwd=scratch or "/",
+                stderr=subprocess.PIPE, start_new_session=True, cwd=resources.scratch or "/",
                 env=_sandbox_env() if config.isolation == "none" else {},  # never leak the host's env
             )
         except BaseException:
             host_end.close()
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
+            resources.release()
             raise
         finally:
             sandbox_end.close()
             if seccomp_fd >= 0:
                 os.close(seccomp_fd)
-        return cls._await_ready(process, host_end, config, scratch, start)
+        sandbox = cls._await_ready(process, host_end, config, resources, start)
+        if resources.cgroup is not None:  # the sandbox's size at start + the REPL's budget
+            resources.cgroup.limit_memory(resources.cgroup.memory_usage() + (config.memory_limit_mb << 20)
+                                          + _CGROUP_SLACK_BYTES)
+        return sandbox
 
     @classmethod
-    def _await_ready(cls, process, control, config, scratch, start) -> "Sandbox":
+    def _await_ready(cls, process, control, config, resources, start) -> "Sandbox":
         control.settimeout(config.startup_timeout_s)
         try:
             message = json.loads(control.recv(1 << 16) or b"null")
@@ -316,8 +447,7 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 stderr = b""
             control.close()
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
+            resources.release()
             detail = (stderr or b"").decode("utf-8", "replace").strip()[-2000:] or f"exit status {process.returncode}"
             raise SandboxUnavailableError(
                 f"The Python sandbox did not start ({config.isolation}): {detail}\n"
@@ -333,7 +463,7 @@ class Sandbox:
         errors = message.get("preload_errors") or {}
         if errors:
             logger.warning("Sandbox preload failed for %s", errors)
-        return cls(process, control, config, scratch, time.perf_counter() - start, errors)
+        return cls(process, control, config, resources, time.perf_counter() - start, errors)
 
     # ------------------------------------------------------------------------------- REPLs
     def _request(self, message: dict, fds: list[int] = ()) -> dict:
@@ -401,8 +531,7 @@ class Sandbox:
         self.control.close()
         if self.process.stderr is not None:
             self.process.stderr.close()
-        if self.host_scratch:
-            shutil.rmtree(self.host_scratch, ignore_errors=True)
+        self.resources.release()
 
 
 def describe_wait_status(status: int | None, config: SandboxConfig) -> str:
@@ -420,6 +549,8 @@ def describe_wait_status(status: int | None, config: SandboxConfig) -> str:
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
         if code == 97:
-            return "the seccomp filter could not be installed"
+            return "the interpreter could not confine itself (namespaces, limits or seccomp filter)"
+        if code == 98:
+            return "the interpreter could not go on serving calls (e.g. its memory limit left no room to)"
         return f"the process exited with code {code}"
     return f"wait status {status}"

@@ -1,22 +1,40 @@
-"""The program that runs inside a sandbox: a zygote that forks one fresh REPL process per episode.
+"""The program that runs inside a sandbox: a zygote, and per episode a relay and a REPL that is alone.
 
 Not imported by gym_llm: :mod:`gym_llm.tools.sandbox.process` reads this file's source and runs it as
 ``python -I -S -B -c <source> <config json>`` inside bubblewrap. Standard library only.
 
-Zygote (one per sandbox, never runs user code). Talks to the host over an ``AF_UNIX`` SOCK_SEQPACKET
-socket (fd ``config["control_fd"]``), one JSON message per packet:
+Process tree of one sandbox (``isolation="bwrap"``; pids as each process sees them)::
 
-* ``{"op": "spawn"}`` with two fds attached (request pipe read end, reply pipe write end): wipe the
-  scratch dir, fork a REPL that serves those pipes; answer ``{"op": "spawned", "pid": p}``.
-* ``{"op": "end"}``: SIGKILL the REPL if it still runs, reap it, wipe the scratch dir; answer
-  ``{"op": "ended", "status": wait_status, "clean": bool}`` (``clean`` is false when the scratch dir
-  could not be emptied quickly; the host then retires the sandbox).
+    bwrap init (pid 1) ── zygote (never runs user code; non-dumpable)
+                            ├─ relay (one per episode; trusted; holds the host's pipes)
+                            │    └─ REPL: pid 1 of its OWN pid namespace, own mount and IPC namespaces,
+                            │       a fresh tmpfs scratch dir, no /proc, a dedicated uid, no capabilities,
+                            │       rlimits, the REPL seccomp allow-list -- runs the user code
+                            └─ spare relay + REPL (pre-forked for the next episode)
 
-REPL (the forked child). Before it reads any user code it closes every fd but its two pipes, sets
-``RLIMIT_AS``/``RLIMIT_CPU``, asks for SIGKILL if the zygote dies, and stacks the REPL seccomp filter.
-Then per request (4-byte big-endian length + JSON ``{"code", "max_output_chars", "max_error_chars"}``)
-it runs the code in one persistent namespace — Jupyter-style, the value of a final expression is
-printed — and answers (same framing) ``{"status": "ok"|"error", "output", "omitted_chars", "error"}``.
+* **The REPL is alone.** It cannot see the zygote, the relays or bubblewrap's init (they are outside its pid
+  namespace), so it cannot signal, ptrace, ``prlimit``, open the ``/proc`` files or fds of, or stop any process
+  the host depends on; the kernel also ignores signals a namespace's init sends to itself. Its ``/proc`` is an empty
+  read-only tmpfs (a new procfs cannot be mounted under bubblewrap's, and the old one shows the other processes).
+* **Nothing survives an episode.** The scratch tmpfs (with ``nr_inodes`` and ``size`` caps), the mount and IPC
+  namespaces and the process are new per REPL and die with it; the zygote that forks the next REPL is out of
+  reach. Every limit is set in the REPL itself.
+* **The reply channel is out of band.** The host's request/reply pipes live only in the relay. The relay hands the
+  REPL each request over a private socket together with a *fresh* reply pipe for that call, reads one
+  length-prefixed, size-capped reply from it, checks and re-frames it for the host, and closes it: what user code
+  writes (to stdout, to any fd, from threads after the call) cannot reach the host's channel, and a call can only
+  ever report its own result. When the REPL dies the relay answers for it (``crashed``/``dead``) and then dies the
+  same way (its wait status mirrors the REPL's, so the host can say why).
+
+Zygote protocol (host <-> zygote over an ``AF_UNIX`` SOCK_SEQPACKET socket, fd ``config["control_fd"]``):
+
+* ``{"op": "spawn"}`` + two fds (request pipe read end, reply pipe write end): hand them to the spare relay;
+  answer ``{"op": "spawned", "pid": relay_pid, "uid": repl_uid}``.
+* ``{"op": "end"}``: SIGKILL the relay and its REPL, reap them; answer ``{"op": "ended", "status": wait_status,
+  "clean": bool}`` (``clean`` false when the unsandboxed mode's scratch dir could not be emptied).
+
+Relay <-> host framing: 4-byte big-endian length + JSON. Requests ``{"code", "max_output_chars",
+"max_error_chars"}``; replies ``{"status": "ok"|"error"|"crashed"|"dead", "output", "omitted_chars", "error"}``.
 """
 
 import json
@@ -28,10 +46,18 @@ import sys
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SECCOMP_MODE_FILTER = 2
+SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 MAX_REQUEST_BYTES = 1 << 24
-WIPE_ENTRY_LIMIT = 20_000  # a scratch dir with more entries is not worth wiping: the host retires the sandbox
+WIPE_ENTRY_LIMIT = 20_000  # unsandboxed mode: a scratch dir with more entries is not worth wiping
+EXIT_SETUP_FAILED = 97  # the REPL could not confine itself: it never runs user code
+EXIT_LOOP_FAILED = 98  # the REPL's own loop failed between calls (e.g. no memory left to receive the next one)
 
 
 def read_exact(fd, n):
@@ -50,6 +76,62 @@ def write_frame(fd, payload):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def read_frame(fd, limit):
+    """One length-prefixed frame, or None (EOF or a frame over ``limit`` bytes)."""
+    header = read_exact(fd, 4)
+    if header is None:
+        return None
+    size = int.from_bytes(header, "big")
+    return read_exact(fd, size) if size <= limit else None
+
+
+class Libc:
+    """The few syscalls the standard library does not wrap (or not in every Python version)."""
+
+    def __init__(self):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.lib = ctypes.CDLL(None, use_errno=True)
+
+    def call(self, name, *args):
+        result = getattr(self.lib, name)(*args)
+        if result != 0:
+            errno = self.ctypes.get_errno()
+            raise OSError(errno, f"{name}: {os.strerror(errno)}")
+
+    def prctl(self, *args):
+        args = (list(args) + [0, 0, 0, 0])[:5]
+        self.call("prctl", *[self.ctypes.c_ulong(a) for a in args])
+
+    def mount(self, source, target, fstype, flags, data=None):
+        encode = (lambda s: s.encode() if isinstance(s, str) else s)
+        self.call("mount", encode(source), encode(target), encode(fstype), self.ctypes.c_ulong(flags),
+                  encode(data))
+
+    def drop_capabilities(self):
+        """Empty the permitted, effective and inheritable sets (dropping is always allowed)."""
+        ctypes = self.ctypes
+
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} sets (version 3)
+        self.call("capset", ctypes.byref(Header(0x20080522, 0)), data)
+
+    def install_filter(self, program):
+        ctypes = self.ctypes
+        buffer = ctypes.create_string_buffer(bytes(program), len(program))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self.prctl(PR_SET_NO_NEW_PRIVS, 1)
+        self.call("prctl", ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                  ctypes.byref(Fprog(len(program) // 8, ctypes.addressof(buffer))), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0))
 
 
 class Capture:
@@ -133,47 +215,71 @@ class Repl:
             while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
                 tb = tb.tb_next  # drop the REPL's own frames
             text = "".join(traceback.format_exception(type(exc), exc, tb))
-        except BaseException:  # e.g. MemoryError while formatting
-            text = f"{type(exc).__name__}: {exc!s}"[:max_chars]
+        except BaseException:  # e.g. MemoryError or RecursionError while formatting
+            try:
+                text = f"{type(exc).__name__}: {exc!s}"[:max_chars]
+            except BaseException:
+                text = type(exc).__name__
         return text if len(text) <= max_chars else "[... traceback head truncated ...]\n" + text[-max_chars:]
 
-    def serve(self, request_fd, reply_fd):
+    def serve(self, sock):
+        """Each call arrives on ``sock`` as two fds: the call's own request pipe (read end) and reply pipe (write
+        end). Read the request, answer on the reply pipe, close both."""
         while True:
-            header = read_exact(request_fd, 4)
-            if header is None:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 16, 2)
+            except OSError:
                 return
-            size = int.from_bytes(header, "big")
-            payload = read_exact(request_fd, size) if size <= MAX_REQUEST_BYTES else None
-            if payload is None:
+            if data != b"call" or len(fds) != 2:
                 return
-            request = json.loads(payload)
-            reply = self.run(request["code"], int(request["max_output_chars"]), int(request["max_error_chars"]))
-            write_frame(reply_fd, json.dumps(reply).encode("ascii"))
+            try:
+                payload = read_frame(fds[0], MAX_REQUEST_BYTES)
+                if payload is None:
+                    continue
+                request = json.loads(payload)
+                reply = self.run(request["code"], int(request["max_output_chars"]), int(request["max_error_chars"]))
+                try:
+                    payload = json.dumps(reply).encode("ascii")
+                except BaseException:  # e.g. a RecursionError deep in user code's state
+                    payload = json.dumps({"status": "error", "output": "", "omitted_chars": 0,
+                                          "error": "the REPL could not encode its reply"}).encode("ascii")
+                write_frame(fds[1], payload)
+            except OSError:
+                pass  # the relay stopped reading this call: it has given up on it
+            finally:
+                for fd in fds:
+                    os.close(fd)
 
 
 class Zygote:
     def __init__(self, config):
-        import ctypes
-
         self.config = config
+        self.sandboxed = bool(config["sandboxed"])
         self.scratch = config["scratch"]
         self.control = socket.socket(fileno=config["control_fd"])
         self.repl_filter = bytes.fromhex(config["repl_filter"])
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.child = None
-        self.spare = None  # (pid, handoff socket) of the pre-forked next REPL
+        self.uids = config.get("repl_uids") or []
+        self.libc = Libc()
+        self.relay = None  # pid of the current episode's relay
+        self.repl = None  # pid of its REPL (as the zygote sees it)
+        self.spare = None  # (relay pid, handoff socket, repl pid, repl uid) of the pre-forked next episode
+        self.forks = 0
+        self.setup_error = ""
 
+    # ------------------------------------------------------------------------------ zygote
     def prepare(self):
         import resource
 
-        self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # REPLs cannot open this process's /proc/<pid>/mem
-        for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", self.config["file_size_bytes"]),
-                            ("RLIMIT_NOFILE", self.config["max_open_files"])):
-            resource.setrlimit(getattr(resource, name), (value, value))
+        if self.config.get("become_root"):  # root host: --userns2 put us in a namespace whose 0 is unprivileged
+            os.setresgid(0, 0, 0)
+            os.setgroups([])
+            os.setresuid(0, 0, 0)
+        self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        self.libc.prctl(PR_SET_DUMPABLE, 0)  # nothing can read this process's memory or fds
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         sys.path.extend(self.config["paths"])
         errors = {}
-        for name in ["linecache", "traceback", "_ast", *self.config["preload"]]:
+        for name in ["linecache", "traceback", "_ast", "ctypes", "resource", *self.config["preload"]]:
             try:
                 __import__(name)
             except BaseException as exc:
@@ -189,7 +295,9 @@ class Zygote:
         return errors
 
     def wipe(self):
-        """Empty the scratch dir; False when it holds too many entries to be worth it."""
+        """Unsandboxed mode: empty the shared scratch dir; False when it holds too many entries."""
+        if self.sandboxed:
+            return True  # every REPL mounts its own tmpfs
         count = 0
         for root, dirs, files in os.walk(self.scratch, topdown=False):
             for name in files:
@@ -211,90 +319,80 @@ class Zygote:
         os.chmod(self.scratch, 0o755)
         return not os.listdir(self.scratch)
 
+    def kill_episode(self, relay, repl):
+        """SIGKILL a relay and its REPL; reap the relay; return its wait status."""
+        for pid in (repl, relay):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        _, status = os.waitpid(relay, 0)
+        return status
+
     def end_child(self):
-        if self.child is None:
+        if self.relay is None:
             return None
-        try:
-            os.kill(self.child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _, status = os.waitpid(self.child, 0)
-        self.child = None
+        status = self.kill_episode(self.relay, self.repl)
+        self.relay = self.repl = None
         return status
 
     def fork_spare(self):
-        """Fork the next REPL ahead of time: it sets its limits and filter, warms up, then waits for
-        its pipes on a private socket, so starting an episode's REPL costs one message."""
-        zygote_end, repl_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        """Fork the next episode's relay, which starts its REPL: the REPL confines itself and warms up, then both
+        wait for the host's pipes, so starting an episode costs one message."""
+        uid = self.uids[self.forks % len(self.uids)] if self.uids else None
+        self.forks += 1
+        zygote_end, relay_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
+            code = EXIT_SETUP_FAILED
             try:
-                self.child_main(repl_end)
+                zygote_end.close()
+                self.relay_main(relay_end, uid)
+                code = 0
             finally:
-                os._exit(0)
-        repl_end.close()
-        self.spare = (pid, zygote_end)
+                os._exit(code)
+        relay_end.close()
+        zygote_end.settimeout(30)
+        message = None
+        try:
+            message = json.loads(zygote_end.recv(8192) or b"null")
+            repl = int(message["repl"])
+        except (OSError, ValueError, TypeError, KeyError):
+            self.setup_error = (message.get("failed") if isinstance(message, dict) else None) or "the REPL died"
+            zygote_end.close()
+            self.kill_episode(pid, None)
+            self.spare = None
+            return
+        zygote_end.settimeout(None)
+        self.spare = (pid, zygote_end, repl, uid)
 
     def take_spare(self):
-        if self.spare is not None:
-            pid, handoff = self.spare
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                return pid, handoff
-            handoff.close()  # the spare died (it never runs user code, so this is rare)
+        if self.spare is not None and os.waitpid(self.spare[0], os.WNOHANG) == (0, 0):
+            return self.spare
+        if self.spare is not None:  # the spare died (it never ran user code: rare)
+            self.spare[1].close()
         self.fork_spare()
         return self.spare
 
     def spawn(self, fds):
         self.end_child()
         clean = self.wipe()
-        pid, handoff = self.take_spare()
+        spare = self.take_spare()
         self.spare = None
+        if spare is None:
+            for fd in fds:
+                os.close(fd)
+            return {"op": "error", "message": f"the REPL could not confine itself: {self.setup_error}"}
+        pid, handoff, repl, uid = spare
         try:
             socket.send_fds(handoff, [b"go"], fds)
         finally:
             handoff.close()
             for fd in fds:
                 os.close(fd)
-        self.child = pid
-        return {"op": "spawned", "pid": pid, "clean": clean}
-
-    def child_main(self, handoff):
-        import ctypes
-        import resource
-
-        self.control.detach()
-        keep = sorted({0, 1, 2, handoff.fileno()})
-        for low, high in zip(keep, keep[1:] + [1 << 20]):
-            os.closerange(low + 1, high)
-        self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        memory = self.config["memory_bytes"]
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        cpu = self.config["cpu_s"]
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        os.chdir(self.scratch)
-        bpf = bytearray(self.repl_filter)  # put this process's pid where the filter says "self"
-        placeholder, pid = self.config["self_pid_placeholder"], os.getpid()
-        for offset in range(0, len(bpf), 8):
-            if int.from_bytes(bpf[offset + 4:offset + 8], sys.byteorder) == placeholder:
-                bpf[offset + 4:offset + 8] = pid.to_bytes(4, sys.byteorder)
-        program = ctypes.create_string_buffer(bytes(bpf), len(bpf))
-
-        class Fprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-        fprog = Fprog(len(self.repl_filter) // 8, ctypes.addressof(program))
-        if self.libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or self.libc.prctl(
-            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0
-        ) != 0:
-            os._exit(97)  # never run user code without the filter
-        repl = Repl()
-        repl.run("_ = [str(i) for i in range(3)]\nprint(_)\n_", 100, 100)  # touch the hot paths before the episode
-        repl.namespace.pop("_", None)
-        repl.cells = 0
-        _, fds, _, _ = socket.recv_fds(handoff, 16, 2)
-        handoff.close()
-        if len(fds) == 2:
-            repl.serve(*fds)
+        self.relay, self.repl = pid, repl
+        return {"op": "spawned", "pid": pid, "uid": uid, "clean": clean}
 
     def serve(self, errors):
         self.control.send(json.dumps({"op": "ready", "pid": os.getpid(), "preload_errors": errors}).encode())
@@ -319,9 +417,224 @@ class Zygote:
                     os.close(fd)
                 reply = {"op": "error", "message": f"unknown request {op!r}"}
             self.control.send(json.dumps(reply).encode())
-            if self.spare is None and op in ("spawn", "end") and self.child is None:
+            if self.spare is None and self.relay is None:
                 self.fork_spare()  # after the answer: off the host's critical path
+        if self.spare is not None:
+            self.kill_episode(self.spare[0], self.spare[2])
         self.end_child()
+
+    # ------------------------------------------------------------------------------- relay
+    def relay_main(self, handoff, uid):
+        """The trusted half of an episode: starts the REPL in new namespaces, then relays the host's calls."""
+        self.control.detach()
+        keep = sorted({0, 1, 2, handoff.fileno()})
+        for low, high in zip(keep, keep[1:] + [1 << 20]):
+            os.closerange(low + 1, high)
+        self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1 and self.sandboxed:
+            return  # the zygote died while we started
+        if self.sandboxed:
+            self.libc.call("unshare", CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
+        relay_sock, repl_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        repl = os.fork()
+        if repl == 0:
+            code = EXIT_SETUP_FAILED
+            try:
+                handoff.close()
+                relay_sock.close()
+                self.repl_main(repl_sock, uid)
+                code = 0
+            finally:
+                os._exit(code)
+        repl_sock.close()
+        status = relay_sock.recv(4096)
+        if status != b"ready":  # the REPL could not confine itself: it never runs user code
+            handoff.send(json.dumps({"failed": status.decode(errors="replace") or "the REPL died"}).encode())
+            self.mirror(repl)
+        handoff.send(json.dumps({"repl": repl}).encode())
+        _, fds, _, _ = socket.recv_fds(handoff, 16, 2)
+        handoff.close()
+        if len(fds) == 2:
+            try:
+                self.relay_calls(relay_sock, repl, *fds)
+            except BaseException as exc:  # a relay bug: say so on the channel rather than vanish
+                try:
+                    write_frame(fds[1], json.dumps({"status": "crashed", "output": "", "omitted_chars": 0,
+                                                    "error": f"relay: {type(exc).__name__}: {exc}"}).encode())
+                except OSError:
+                    pass
+        self.mirror(repl)
+
+    def relay_calls(self, sock, repl, request_fd, reply_fd):
+        reply_limit = 16 * (self.config["max_output_chars"] + self.config["max_error_chars"]) + 4096
+        while True:
+            payload = read_frame(request_fd, MAX_REQUEST_BYTES)
+            if payload is None:
+                return  # the host closed the episode
+            try:
+                request = json.loads(payload)
+                limits = int(request["max_output_chars"]), int(request["max_error_chars"])
+            except (ValueError, KeyError, TypeError):
+                return
+            request_read, request_write = os.pipe()
+            read_end, write_end = os.pipe()
+            try:
+                socket.send_fds(sock, [b"call"], [request_read, write_end])
+            except OSError:  # the REPL is gone: the code did not run
+                write_frame(reply_fd, json.dumps(self.failure("dead", repl)).encode())
+                return
+            finally:
+                os.close(request_read)
+                os.close(write_end)
+            try:
+                write_frame(request_write, payload)  # the REPL reads it as it arrives (pipes hold 64 KiB)
+            except OSError:
+                pass  # it died reading: the reply read below sees it
+            os.close(request_write)
+            raw = read_frame(read_end, reply_limit)
+            tampered = raw is not None and not self.closed_after(read_end)
+            os.close(read_end)
+            reply = self.checked(raw, *limits) if raw is not None and not tampered else None
+            if reply is None:  # the REPL died, or broke the protocol: it is not trusted with another call
+                os.kill(repl, signal.SIGKILL)
+                failure = self.failure("crashed", repl)
+                if tampered:
+                    failure["error"] = ("the code wrote to the interpreter's reply channel itself (more than one reply, "
+                                        "or the channel held open)")
+                write_frame(reply_fd, json.dumps(failure).encode())
+                return
+            write_frame(reply_fd, json.dumps(reply).encode())
+
+    @staticmethod
+    def closed_after(fd, wait_s=1.0):
+        """Whether the reply pipe ends right after the one frame (the REPL's server writes once, then closes it).
+        Extra bytes, or the pipe still held open, mean user code wrote to it too."""
+        import select
+
+        readable, _, _ = select.select([fd], [], [], wait_s)
+        return bool(readable) and os.read(fd, 1) == b""
+
+    @staticmethod
+    def checked(raw, max_output_chars, max_error_chars):
+        """The REPL's reply, re-built from checked fields (None if it is not one)."""
+        try:
+            reply = json.loads(raw)
+            status, output, error = reply["status"], reply["output"], reply["error"]
+            omitted = reply["omitted_chars"]
+        except BaseException:  # malformed, or nested deep enough for RecursionError
+            return None
+        if status not in ("ok", "error") or not isinstance(output, str) or not isinstance(error, str):
+            return None
+        omitted = omitted if isinstance(omitted, int) and omitted >= 0 else 0
+        omitted += max(0, len(output) - max_output_chars)
+        if len(error) > max_error_chars:
+            error = "[... traceback head truncated ...]\n" + error[-max_error_chars:]
+        return {"status": status, "output": output[:max_output_chars], "omitted_chars": omitted, "error": error}
+
+    def failure(self, status, repl):
+        try:
+            _, wait_status = os.waitpid(repl, 0)
+        except ChildProcessError:
+            wait_status = None
+        self.repl_status = wait_status
+        return {"status": status, "output": "", "omitted_chars": 0, "error": "", "wait_status": wait_status}
+
+    def mirror(self, repl):
+        """Exit the way the REPL did (so the zygote's wait status for this relay says why the REPL ended)."""
+        status = getattr(self, "repl_status", None)
+        if status is None:
+            try:
+                os.kill(repl, signal.SIGKILL)
+                _, status = os.waitpid(repl, 0)
+            except (ChildProcessError, ProcessLookupError):
+                status = 0
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 137)
+
+    # -------------------------------------------------------------------------------- REPL
+    def repl_main(self, sock, uid):
+        """Confine this process (the REPL), then serve calls from the relay. Never runs user code unconfined."""
+        try:
+            repl = self.confine(uid, sock.fileno())
+        except BaseException as exc:  # say why, then exit: this REPL never runs user code
+            sock.send(f"failed: {type(exc).__name__}: {exc}".encode()[:4000])
+            raise
+        sock.send(b"ready")
+        try:
+            repl.serve(sock)
+        except BaseException:
+            os._exit(EXIT_LOOP_FAILED)
+
+    def confine(self, uid, keep_fd):
+        """Namespaces, mounts, limits, credentials and the seccomp filter of this REPL; returns its warm Repl."""
+        import resource
+
+        config = self.config
+        keep = sorted({0, 1, 2, keep_fd})
+        for low, high in zip(keep, keep[1:] + [1 << 20]):
+            os.closerange(low + 1, high)
+        os.setsid()  # a session and process group of its own: kill(0, ...) and F_SETOWN(-pgrp) reach only itself
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:  # the first to go when the memory cgroup is full
+                f.write("1000")
+        except OSError:  # unsandboxed on a non-root host: the non-dumpable zygote's child cannot; no cgroup there
+            pass
+        if self.sandboxed:
+            self.mount_namespace(uid)
+        limits = [("RLIMIT_AS", config["memory_bytes"]), ("RLIMIT_CPU", config["cpu_s"]),
+                  ("RLIMIT_FSIZE", config["file_size_bytes"]), ("RLIMIT_NOFILE", config["max_open_files"]),
+                  ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0)]
+        if uid is not None:  # a dedicated uid: the kernel counts this REPL's threads alone
+            limits.append(("RLIMIT_NPROC", config["max_threads"]))
+        for name, value in limits:
+            resource.setrlimit(getattr(resource, name), (value, value + 1 if name == "RLIMIT_CPU" else value))
+        if self.sandboxed:
+            self.drop_privileges(uid)
+        os.chdir(self.scratch)  # as the REPL's own uid: the scratch dir is 0700
+        self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
+        program = self.repl_filter
+        if not self.sandboxed:  # put this process's pid where the filter says "self" (it is 1 when sandboxed)
+            program = bytearray(program)
+            placeholder, pid = config["self_pid_placeholder"], os.getpid()
+            for offset in range(0, len(program), 8):
+                if int.from_bytes(program[offset + 4:offset + 8], sys.byteorder) == placeholder:
+                    program[offset + 4:offset + 8] = pid.to_bytes(4, sys.byteorder)
+        self.libc.install_filter(program)
+        repl = Repl()
+        repl.run("_ = [str(i) for i in range(3)]\nprint(_)\n_", 100, 100)  # touch the hot paths before the episode
+        repl.namespace.pop("_", None)
+        repl.cells = 0
+        return repl
+
+    def mount_namespace(self, uid):
+        """This REPL's own view: nothing propagates, an empty read-only /proc, a fresh size- and inode-capped
+        tmpfs as the scratch dir (owned by the REPL's uid)."""
+        config, libc = self.config, self.libc
+        libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
+        libc.mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=2")
+        owner = f",uid={uid},gid={uid}" if uid is not None else ""
+        libc.mount("tmpfs", self.scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={config['scratch_bytes']},nr_inodes={config['scratch_inodes']},mode=0700{owner}")
+
+    def drop_privileges(self, uid):
+        """No way back to any capability: securebits locked, bounding and ambient sets empty, then (root hosts) a
+        dedicated unprivileged uid, and empty capability sets."""
+        libc = self.libc
+        libc.prctl(PR_SET_SECUREBITS, SECURE_ALL)
+        for cap in range(64):
+            try:
+                libc.prctl(PR_CAPBSET_DROP, cap)
+            except OSError:
+                break  # past the kernel's last capability
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        libc.drop_capabilities()
 
 
 def main():
