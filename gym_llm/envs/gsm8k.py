@@ -133,7 +133,10 @@ class GSM8KHandler:
             "formatted": result.formatted,
             "extracted_answer": result.extracted if result.extracted is not None else "",
             "reference_answer": result.reference,
+            "answer_problem": result.problem or "",
         }
+        if result.error is not None:  # grading could not finish (deadline): graded wrong, and said so
+            info["reward_error"] = result.error
         if self.reward_fn is not None:
             shaping, extra = call_reward(self.reward_fn, episode.task, (*episode.messages, reply))
             reward += shaping

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["GSM8KGrade", "extract_answer", "grade", "is_equivalent", "parse_number", "reference_answer", "score"]
+__all__ = ["GRADING_TIMEOUT_S", "GSM8KGrade", "answer_problem", "extract_answer", "grade", "is_equivalent",
+           "parse_number", "reference_answer", "score"]
 
 _NUMBER_RE = re.compile(
     r"(?<![\w.])([-−]?\d+\s+\d+\s*/\s*\d+(?![\d.,])"  # a mixed number: 2 1/2
@@ -47,6 +48,22 @@ _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 _A_LINE_RE = re.compile(r"(?im)^\s*(?:\*\*)?(?:A|Ans|Final Answer|Answer)(?:\*\*)?\s*[:：]\s*(?:\*\*)?([^\n]*)$")
 _FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{([^{}]*)\}")
+_SIGNED_CURRENCY_RE = re.compile(r"[-−]\s*\$\s*(?=\d)|\$\s*[-−]\s*(?=\d)")  # -$18, $-18: the sign stays
+_NEGATION_RE = re.compile(
+    r"!=|≠|=/=|\\neq?\b|\\not\b|[<>≤≥≈~]|\\(?:approx|sim|leq?|geq?|lt|gt)\b"
+    r"|\b(?:not|no|never|isn'?t|neither|nor|except|other than|instead of|rather than|about|approximately|around"
+    r"|roughly|nearly|almost|at least|at most|more than|less than|fewer than|greater than|up to|between|over|under)\b",
+    re.IGNORECASE,
+)
+_MULTIPLIER_RE = re.compile(
+    r"\d(?:\s*[eE][+-]?\d|(?:k|K|M|B|bn|Bn|BN)\b|\s*(?:x|×|\*|\\times|\\cdot)\s*10\s*\^"
+    r"|\s*(?:thousand|million|billion|trillion|hundred|dozen|grand|lakh|crore)s?\b)",
+    re.IGNORECASE,
+)
+_OPERATOR_RE = re.compile(r"\*|[+×·÷^√]|\\(?:times|cdot|div|sqrt|pm|mp|lor|land|vee|wedge|cup|cap)\b|\bsqrt\b"
+                          r"|(?<=[\d)}])\s*[-−–]\s*(?=[\d($\\])")
+_EMPHASIS_RE = re.compile(r"(\*\*|__|\*|_)(?=\S)(.+?)(?<=\S)\1")  # markdown **18**, *18*, __18__
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +77,9 @@ class GSM8KGrade:
         formatted: the completion states its answer as ``#### N``.
         method: how the answer was found: ``"####"``, ``"boxed"``, ``"statement"``, ``"last_sentence"``
             or ``"none"``.
+        problem: why the answer breaks the one-answer rule (:func:`answer_problem`), else ``None``.
+        error: why grading could not finish (math-verify past its deadline), else ``None``; the answer is then
+            graded wrong (fail closed).
     """
 
     correct: bool
@@ -67,6 +87,8 @@ class GSM8KGrade:
     reference: str
     formatted: bool
     method: str
+    problem: str | None = None
+    error: str | None = None
 
 
 def reference_answer(answer: str) -> str:
@@ -143,6 +165,7 @@ def _clean(text: str) -> str:
     """LaTeX wrappers and Unicode minus signs rewritten to plain text (cheap when there are none)."""
     if not any(marker in text for marker in _LATEX_OR_DASH):
         return text
+    text = _BOXED_RE.sub(r"\1", text)
     text = _FRAC_RE.sub(r"\1/\2", text)
     text = _TEXT_RE.sub(r" \1", text)
     for old, new in (("\\$", "$"), ("\\%", "%"), ("\\,", ""), ("\\!", ""), ("\\ ", " "), ("−", "-"), ("–", "-")):
@@ -197,67 +220,157 @@ def _reference_value(reference: str) -> Fraction | None:
     return _plain_value(reference)
 
 
-_MV_LOCK = threading.Lock()
+GRADING_TIMEOUT_S = 5.0
+"""Deadline of one math-verify check (seconds), enforced by killing its worker process (see
+:mod:`gym_llm.rewards.deadline`); past it the answer is graded wrong with a ``reward_error``."""
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
 
 
-def _math_verify_equal(predicted: str, reference: str) -> bool:
-    """Symbolic equivalence through math-verify (imported lazily: it loads sympy)."""
+def _math_verify_pool():
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from gym_llm.rewards.deadline import WorkerPool
+
+            _POOL = WorkerPool(preload=("math_verify",))
+    return _POOL
+
+
+def _math_verify_in_worker(predicted: str, reference: str) -> bool:
+    """Runs in a deadline worker's main thread, where math-verify's own (signal) timeouts work too."""
     from math_verify import parse, verify
 
-    in_main = threading.current_thread() is threading.main_thread()
-    # math-verify's own timeouts use signal.alarm, which only works in the main thread.
-    kwargs = {} if in_main else {"parsing_timeout": None}
-    gold = parse(f"${reference}$", **kwargs)
-    pred = parse(predicted if "$" in predicted else f"${predicted}$", **kwargs)
-    if not gold or not pred:
-        return False
-    with _MV_LOCK:  # sympy caches are not thread-safe
-        return bool(verify(gold, pred, **({} if in_main else {"timeout_seconds": None})))
+    gold = parse(f"${reference}$")
+    pred = parse(predicted if "$" in predicted else f"${predicted}$")
+    return bool(gold) and bool(pred) and bool(verify(gold, pred))
+
+
+def _math_verify_equal(predicted: str, reference: str, timeout_s: float | None = None) -> bool:
+    """Symbolic equivalence through math-verify, in a worker process killed past ``timeout_s``
+    (default :data:`GRADING_TIMEOUT_S`): :class:`~gym_llm.rewards.deadline.DeadlineExceeded` then. The calling
+    thread holds no lock while it waits."""
+    timeout = GRADING_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    return bool(_math_verify_pool().call("gym_llm.rewards.gsm8k:_math_verify_in_worker", predicted, reference,
+                                         timeout_s=timeout))
 
 
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\n")
 
 
+def _first_sentence(text: str) -> str:
+    return _SENTENCE_END_RE.split(text, maxsplit=1)[0]
+
+
 def _final_segment(text: str) -> str:
     """An answer's first sentence, after its last ``=`` ("9 * 2 = 18. Check: ..." -> " 18")."""
-    text = _SENTENCE_END_RE.split(text, maxsplit=1)[0]
+    text = _first_sentence(text)
     return text.rsplit("=", 1)[-1] if "=" in text else text
 
 
-def _equivalent(predicted: str, pred_value: Fraction | None, reference: str) -> bool:
+def answer_problem(answer: str) -> str | None:
+    """Why an extracted final answer breaks the one-answer rule, or ``None`` if it keeps it.
+
+    The rule (the same for every extraction method and for the numeric and math-verify paths): the answer's first
+    sentence, after its last ``=``, states **exactly one number**, with no negation or comparison (``not 18``,
+    ``!= 18``, ``about 18``, ``> 18``), no operator (``18**2``, ``9^{9^{9}}``, ``\\sqrt{324}``, ``20 - 2``,
+    ``19 \\lor 18``) and no unit multiplier (``18e3``, ``18k``, ``18 thousand``); a sign before a currency sign
+    counts (``-$18`` is -18). Thousands separators, currency, ``%``, units and words around the number,
+    ``\\frac{a}{b}``, ``a/b`` and mixed numbers, ``\\boxed{}`` and ``\\text{}`` are fine.
+
+    >>> answer_problem("$70,000"), answer_problem("18 or 19"), answer_problem("not 18")
+    (None, 'several candidate numbers (18, 19)', 'a negation or comparison (not)')
+    """
+    sentence = _SIGNED_CURRENCY_RE.sub("-", _first_sentence(_EMPHASIS_RE.sub(r"\2", _clean(answer))))
+    negation = _NEGATION_RE.search(sentence)
+    if negation:
+        return f"a negation or comparison ({negation.group(0).strip()})"
+    tail = sentence.rsplit("=", 1)[-1] if "=" in sentence else sentence
+    multiplier = _MULTIPLIER_RE.search(tail)
+    if multiplier:
+        return f"a unit multiplier ({multiplier.group(0)[1:].strip()})"
+    operator = _OPERATOR_RE.search(tail)
+    if operator:
+        return f"an operator ({operator.group(0).strip()})"
+    numbers = _NUMBER_RE.findall(tail)
+    if len(numbers) > 1:
+        return f"several candidate numbers ({', '.join(n.strip() for n in numbers[:4])})"
+    return None
+
+
+def _signed(text: str) -> str:
+    return _SIGNED_CURRENCY_RE.sub("-", _EMPHASIS_RE.sub(r"\2", _clean(text)))
+
+
+def _equivalent(predicted: str, pred_value: Fraction | None, reference: str, timeout_s: float | None = None) -> bool:
     ref_value = _reference_value(reference)
     if ref_value is not None and pred_value is not None:
         return pred_value == ref_value
+    if ref_value is not None and _NUMBER_RE.search(_clean(predicted)):
+        return False  # a numeric reference and an answer holding a number that is not a plain value
+    from gym_llm.rewards.deadline import DeadlineExceeded
+
     try:
-        return _math_verify_equal(predicted, reference)
+        return _math_verify_equal(predicted, reference, timeout_s)
+    except DeadlineExceeded:
+        raise
     except Exception:  # math-verify could not parse either side: not equivalent
         return False
 
 
-def is_equivalent(predicted: str | None, reference: str) -> bool:
-    """Whether an extracted answer equals the reference: exact rationals, else math-verify."""
+def is_equivalent(predicted: str | None, reference: str, *, timeout_s: float | None = None) -> bool:
+    """Whether an extracted answer equals the reference: exact rationals, else math-verify (symbolic; under a
+    deadline). Equivalence only: :func:`grade` also applies the one-answer rule (:func:`answer_problem`)."""
     if predicted is None:
         return False
-    predicted = _final_segment(predicted)
-    return _equivalent(predicted, _plain_value(predicted), reference)
+    predicted = _signed(_final_segment(predicted))
+    value = _plain_value(predicted)
+    if value is None and _reference_value(reference) is not None and not _NUMBER_RE.search(_clean(predicted)):
+        return False
+    if value is None or _reference_value(reference) is None:
+        from gym_llm.rewards.deadline import DeadlineExceeded
+
+        try:
+            return _math_verify_equal(predicted, reference, timeout_s)
+        except DeadlineExceeded:
+            raise
+        except Exception:
+            return False
+    return value == _reference_value(reference)
 
 
-def grade(completion: str, answer: str) -> GSM8KGrade:
-    """Check ``completion`` against ``answer`` (a raw GSM8K answer field or a bare number)."""
+def grade(completion: str, answer: str, *, timeout_s: float | None = None) -> GSM8KGrade:
+    """Check ``completion`` against ``answer`` (a raw GSM8K answer field or a bare number).
+
+    The final answer is extracted (module docstring), must keep the one-answer rule (:func:`answer_problem`;
+    else it is wrong and ``problem`` says why), then equals the reference as an exact rational, or through
+    math-verify when either side is not a plain number. math-verify runs under a hard deadline (``timeout_s``,
+    default :data:`GRADING_TIMEOUT_S`) in a worker process: past it the answer is wrong and ``error`` says so.
+    """
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}.")
     reference = reference_answer(answer)
     extracted, method = extract_answer(completion)
     if extracted is None:
         return GSM8KGrade(False, None, reference, False, method)
-    segment = _final_segment(extracted)
+    problem = answer_problem(extracted) if _reference_value(reference) is not None else None  # the rule is for
+    if problem is not None:  # numeric references (GSM8K's); a symbolic reference goes to math-verify as it is
+        return GSM8KGrade(False, extracted, reference, False, method, problem=problem)
+    segment = _signed(_final_segment(extracted))
     value = _plain_value(segment)
+    try:
+        correct = _equivalent(segment, value, reference, timeout_s)
+        error = None
+    except Exception as e:  # DeadlineExceeded, or the worker died: fail closed
+        correct, error = False, f"{type(e).__name__}: {e}"
     return GSM8KGrade(
-        correct=_equivalent(segment, value, reference),
+        correct=correct,
         extracted=extracted,
         reference=reference,
         formatted=method == "####" and value is not None,
         method=method,
+        error=error,
     )
 
 

@@ -1,0 +1,219 @@
+"""Calls with a hard deadline that holds in any thread: the call runs in a worker process that is killed past it.
+
+A thread cannot be stopped from outside, and ``signal.alarm`` (math-verify's own timeout) works only in the main
+thread, so a verifier that loops forever on a 14-character answer (``#### 9^{9^{9}}`` through sympy) would hang the
+vector env's grading thread — and whatever lock it holds. Here the call is sent to a **worker process**; past the
+deadline the worker is ``SIGKILL``\\ ed (the caller gets :class:`DeadlineExceeded` at once, holding nothing) and a
+fresh worker is started for the next call.
+
+* Workers are plain ``python -c`` subprocesses (not ``multiprocessing``: its ``spawn`` re-imports the user's
+  ``__main__``, its ``fork`` copies a multi-threaded process). They get this process's ``sys.path`` and import the
+  function by name, so the function must be importable (``"package.module:function"``); arguments and results are
+  pickled.
+* A pool keeps idle workers warm (the first call of a worker pays its start and imports, outside the deadline);
+  each call takes one, so concurrent callers never wait on each other. The pool's lock is held only to take or
+  return a worker, never during a call.
+* After ``fork`` (``AsyncVectorEnv`` workers) a child never uses its parent's workers: it starts its own.
+
+Used by :mod:`gym_llm.rewards.gsm8k` for math-verify; usable for any verifier (:func:`call_with_deadline`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+__all__ = ["DeadlineExceeded", "WorkerPool", "call_with_deadline"]
+
+_FRAME = struct.Struct(">I")
+_MAX_FRAME = 64 << 20
+
+_SERVE = r"""
+import os, pickle, struct, sys
+frame = struct.Struct(">I")
+out = os.fdopen(os.dup(1), "wb", buffering=0)
+os.dup2(2, 1)  # what the called code prints goes to stderr, never into the reply channel
+inp = os.fdopen(0, "rb", buffering=0)
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = inp.read(n - len(data))
+        if not chunk:
+            sys.exit(0)
+        data += chunk
+    return data
+def send(obj):
+    payload = pickle.dumps(obj)
+    out.write(frame.pack(len(payload)) + payload)
+path, preload = pickle.loads(read(frame.unpack(read(4))[0]))
+sys.path[:] = path
+import importlib
+for module in preload:
+    importlib.import_module(module)
+send(("ready", None))
+functions = {}
+while True:
+    target, args, kwargs = pickle.loads(read(frame.unpack(read(4))[0]))
+    try:
+        if target not in functions:
+            module, _, name = target.partition(":")
+            functions[target] = getattr(importlib.import_module(module), name)
+        send(("ok", functions[target](*args, **kwargs)))
+    except BaseException as e:
+        try:
+            send(("error", (type(e).__name__, str(e)[:2000])))
+        except Exception:
+            send(("error", ("Error", "unpicklable result")))
+"""
+
+
+class DeadlineExceeded(TimeoutError):
+    """The call did not finish within its deadline; its worker was killed."""
+
+
+class _Worker:
+    def __init__(self, preload: tuple[str, ...], startup_timeout_s: float):
+        self.process = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, close_fds=True)
+        self.pid = os.getpid()
+        try:
+            self._send((list(sys.path), tuple(preload)))
+            status, _ = self._receive(startup_timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+        if status != "ready":
+            self.kill()
+            raise RuntimeError("A deadline worker did not start.")
+
+    def _send(self, obj: Any) -> None:
+        payload = pickle.dumps(obj)
+        self.process.stdin.write(_FRAME.pack(len(payload)) + payload)
+        self.process.stdin.flush()
+
+    def _receive(self, timeout_s: float) -> tuple[str, Any]:
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        data = b""
+        need = _FRAME.size
+        header_done = False
+        while True:
+            while len(data) < need:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise DeadlineExceeded(f"no answer within {timeout_s:g} s")
+                chunk = os.read(fd, need - len(data))
+                if not chunk:
+                    raise RuntimeError(f"The deadline worker died (exit status {self.process.poll()}).")
+                data += chunk
+            if header_done:
+                return pickle.loads(data)
+            need = _FRAME.unpack(data)[0]
+            if need > _MAX_FRAME:
+                raise RuntimeError(f"The deadline worker sent a {need}-byte reply (limit {_MAX_FRAME}).")
+            data, header_done = b"", True
+
+    def call(self, target: str, args: tuple, kwargs: dict, timeout_s: float) -> tuple[str, Any]:
+        self._send((target, args, kwargs))
+        return self._receive(timeout_s)
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+        except OSError:
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class WorkerPool:
+    """Warm worker processes for deadline calls (see the module docstring).
+
+    Args:
+        preload: modules each worker imports when it starts (before any deadline runs), e.g. ``("math_verify",)``.
+        max_idle: idle workers kept; more are started when more callers run at once, and stopped when returned
+            past this many.
+        startup_timeout_s: how long a worker may take to start and import ``preload``.
+    """
+
+    def __init__(self, preload: tuple[str, ...] = (), *, max_idle: int = 4, startup_timeout_s: float = 120.0):
+        self.preload = tuple(preload)
+        self.max_idle = int(max_idle)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.killed = 0  # workers killed at a deadline
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def call(self, target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
+        """``target(*args, **kwargs)`` (``"module:function"``) in a worker; :class:`DeadlineExceeded` past
+        ``timeout_s`` seconds (the worker is killed), ``RuntimeError`` naming the exception if it raised."""
+        worker = self._take()
+        try:
+            status, value = worker.call(target, args, kwargs, timeout_s)
+        except BaseException as e:
+            worker.kill()  # a late reply must never reach the next caller
+            if isinstance(e, DeadlineExceeded):
+                self.killed += 1
+                raise DeadlineExceeded(f"{target} did not finish within {timeout_s:g} s; its worker was killed") from None
+            raise
+        self._give_back(worker)
+        if status == "error":
+            name, message = value
+            raise RuntimeError(f"{target} raised {name}: {message}")
+        return value
+
+    def warm(self, count: int = 1) -> None:
+        """Start ``count`` idle workers now (e.g. before timing starts)."""
+        workers = [self._take() for _ in range(count)]
+        for worker in workers:
+            self._give_back(worker)
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's workers are not ours
+                self._idle, self._pid = [], os.getpid()
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.process.poll() is None:
+                    return worker
+                worker.kill()
+        return _Worker(self.preload, self.startup_timeout_s)
+
+    def _give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            if worker.pid == os.getpid() and len(self._idle) < self.max_idle:
+                self._idle.append(worker)
+                return
+        worker.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        if self._pid == os.getpid():
+            for worker in idle:
+                worker.kill()
+
+
+_DEFAULT_POOL: WorkerPool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def call_with_deadline(target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` in a shared :class:`WorkerPool`, killed past ``timeout_s``."""
+    global _DEFAULT_POOL
+    with _DEFAULT_LOCK:
+        if _DEFAULT_POOL is None:
+            _DEFAULT_POOL = WorkerPool()
+    return _DEFAULT_POOL.call(target, *args, timeout_s=timeout_s, **kwargs)
