@@ -19,9 +19,14 @@ results become :class:`~gym_llm_adapters.types.StepRecord` s. Finished episodes 
   per-step versions (``RolloutBatch.versions`` keeps the oldest).
 * **Overlap** (``overlap=True``, two or more envs): a shard's ``env.step`` (tools, verifiers) runs in a
   background thread while the engine generates for the next shard.
-* **Failures.** An engine error propagates before the env is stepped, so no partial batch is emitted,
-  nothing more is written, and the collector can go on after the cause is fixed. An env error leaves
-  the env in an unknown state: the collector then refuses to continue until :meth:`Collector.reset`.
+* **Failures** (the policy per fault is in ``docs/collector.md``). Every completion is checked before any env
+  sees it (:func:`~gym_llm_adapters.engines.validate.check_completions`): an engine that raises or returns a bad
+  completion (:class:`~gym_llm_adapters.engines.validate.EngineOutputError`) costs the call, nothing is stepped,
+  and the collector goes on at the next call. A fault after the envs were stepped (an env or reward raising,
+  recording a step failing, Ctrl-C) leaves the collector's view and the envs' state apart: it then refuses every
+  call with the cause until :meth:`Collector.reset`, which drops the in-flight episodes; no partial or mislabelled
+  trajectory is ever returned. A failed write (``ENOSPC``, Ctrl-C) leaves nothing of the batch on disk and the
+  batch is kept: the next :meth:`next_batch` writes and returns it first.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from gym_llm_adapters.collector_envs import action_length, check_settings, env_mode, obs_at, token_ids
+from gym_llm_adapters.collector_envs import action_length, check_settings, env_mode, obs_at, token_ids, vocab_size
 from gym_llm_adapters.collector_stats import CollectorStats
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
+from gym_llm_adapters.engines.validate import check_completions
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
 from gym_llm_adapters.rollout_io import RolloutWriter
 from gym_llm_adapters.types import Completion, StepRecord, Trajectory
@@ -59,6 +65,8 @@ class _Shard:
     mode: Literal["text", "tokens"]
     autoreset: AutoresetMode
     action_length: int
+    vocab_size: int | None = None
+    env_id: str = ""
     prompts: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     texts: list[str] = dataclasses.field(default_factory=list)
     builders: list[EpisodeBuilder | None] = dataclasses.field(default_factory=list)
@@ -151,6 +159,7 @@ class Collector:
         self._turn = 0
         self._started = False
         self._broken: BaseException | None = None
+        self._unwritten: list[Any] | None = None
         self._groups = GroupBuffer(self.group_size)
         self._steps: list[StepRecord] = []
         self._finished: dict[int, Trajectory] = {}
@@ -175,7 +184,10 @@ class Collector:
                     f"sampling.max_tokens={self.sampling.max_tokens} exceeds the env's longest action "
                     f"({longest_action} tokens); lower max_tokens or raise the env's max_action_tokens."
                 )
-            shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, longest_action))
+            spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
+            env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
+            shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, longest_action,
+                                 vocab_size(env, mode), env_id))
             offset += int(env.num_envs)
             group_offset += int(env.num_envs) // group_size
         return shards
@@ -225,14 +237,19 @@ class Collector:
         self._check_not_broken()
         start = time.perf_counter()
         try:
-            if not self._started:
-                self.reset()
-            self._open_progress()
-            while not self._batch_ready():
-                self.advance()
-            batch = self._take_batch()
+            if self._unwritten is not None:  # the last batch's write failed: it goes first, as it was
+                batch = self._unwritten
+            else:
+                if not self._started:
+                    self.reset()
+                self._open_progress()
+                while not self._batch_ready():
+                    self.advance()
+                batch = self._take_batch()
             if self.writer is not None:
+                self._unwritten = batch  # held until it is on disk: a failed write (ENOSPC, Ctrl-C) loses nothing
                 self.writer.write(batch)
+                self._unwritten = None
             self.stats.batches += 1
             self._tick(len(batch))
             return batch
@@ -312,7 +329,11 @@ class Collector:
         """Absorb the shard's in-flight step (overlap), then generate and step it once."""
         if shard.future is not None:
             result, inflight = self._wait(shard)
-            self._absorb(shard, inflight, result)
+            try:
+                self._absorb(shard, inflight, result)
+            except BaseException as e:
+                self._broken = e
+                raise
             if self._batch_ready():
                 return
         if shard.idle is not None and shard.idle.all():
@@ -325,10 +346,10 @@ class Collector:
             return
         try:
             result = self._timed_step(shard.env, actions)
-        except BaseException as e:
+            self._absorb(shard, completions, result)
+        except BaseException as e:  # the envs moved on: what the collector holds may not match them any more
             self._broken = e
             raise
-        self._absorb(shard, completions, result)
 
     def _wait(self, shard: _Shard) -> tuple[Any, dict[int, Completion]]:
         future, inflight = shard.future, shard.inflight
@@ -354,10 +375,12 @@ class Collector:
         elif sampling.seed is not None:
             sampling = dataclasses.replace(sampling, seed=(sampling.seed + self._calls * self._seed_stride) % 2**62)
         start = time.perf_counter()
-        completions = self.engine.generate([shard.prompts[i] for i in active], sampling)
+        prompts = [shard.prompts[i] for i in active]
+        completions = self.engine.generate(prompts, sampling)
         self.stats.generate_s += time.perf_counter() - start
-        if len(completions) != len(active):
-            raise RuntimeError(f"The engine returned {len(completions)} completions for {len(active)} prompts.")
+        # checked before any env sees them: a bad completion costs the call, never a mislabelled step
+        completions = check_completions(completions, prompts, engine=self.engine, sub_envs=(active + shard.offset).tolist(),
+                                        vocab_size=shard.vocab_size)
         self._calls += 1
         return dict(zip(active.tolist(), completions))
 
@@ -440,7 +463,7 @@ class Collector:
         shard.builders[i] = None
         self._observe(shard, i, obs)
         shard.builders[i] = EpisodeBuilder(shard.offset + i, int(info.get("task_id", -1)), shard.group_offset + group,
-                                           round_, shard.prompts[i])
+                                           round_, shard.prompts[i], shard.env_id)
 
     def _observe(self, shard: _Shard, i: int, obs: Any) -> None:
         if shard.mode == "tokens":

@@ -16,7 +16,7 @@ from gymnasium.vector import VectorEnv
 from gym_llm.core.spaces import unpack_tokens
 from gym_llm_adapters.engines.base import SamplingConfig
 
-__all__ = ["check_settings", "env_mode", "action_length", "obs_at", "token_ids"]
+__all__ = ["check_settings", "env_mode", "action_length", "vocab_size", "obs_at", "token_ids"]
 
 def check_settings(envs: list[Any], sampling: Any, episodes_per_batch: int | None, steps_per_batch: int | None) -> None:
     if not envs or not all(isinstance(e, VectorEnv) for e in envs):
@@ -49,6 +49,14 @@ def action_length(env: VectorEnv, mode: str) -> int:
     if mode == "tokens":
         return int(space["input_ids"].shape[0])
     return int(getattr(space, "max_length", 2**31 - 1))
+
+
+def vocab_size(env: VectorEnv, mode: str) -> int | None:
+    """The ids a tokens-mode env accepts are ``[0, vocab_size)``; ``None`` in text mode (no bound from the env)."""
+    if mode != "tokens":
+        return None
+    nvec = getattr(env.single_action_space["input_ids"], "nvec", None)
+    return None if nvec is None else int(np.max(nvec))
 
 
 def obs_at(observations: Any, i: int) -> Any:

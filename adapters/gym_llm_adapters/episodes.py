@@ -62,11 +62,13 @@ class EpisodeBuilder:
         prompt_ids: the first observation's tokens.
     """
 
-    __slots__ = ("env_index", "task_id", "group_id", "round", "prompt_length", "steps", "token_exact",
+    __slots__ = ("env_index", "task_id", "group_id", "round", "prompt_length", "steps", "token_exact", "env_id",
                  "_ids", "_mask", "_logprobs", "_n")
 
-    def __init__(self, env_index: int, task_id: int, group_id: int, round_: int, prompt_ids: np.ndarray):
+    def __init__(self, env_index: int, task_id: int, group_id: int, round_: int, prompt_ids: np.ndarray,
+                 env_id: str = ""):
         self.env_index, self.task_id, self.group_id, self.round = env_index, task_id, group_id, round_
+        self.env_id = env_id
         self.prompt_length = len(prompt_ids)
         self.steps: list[StepRecord] = []
         self.token_exact = True
@@ -122,6 +124,7 @@ class EpisodeBuilder:
             logprobs=completion.logprobs, reward=float(reward), terminated=bool(terminated),
             truncated=bool(truncated), version=completion.version, prompt_text=prompt_text,
             completion_text=completion.text, finish_reason=completion.finish_reason, info=scalar_info(info),
+            env_id=self.env_id,
         )
         self.steps.append(record)
         return record
@@ -154,7 +157,7 @@ class EpisodeBuilder:
             prompt_length=self.prompt_length if self.token_exact else 0,
             rewards=[s.reward for s in self.steps], versions=[s.version for s in self.steps],
             terminated=self.steps[-1].terminated, truncated=self.steps[-1].truncated, steps=self.steps,
-            token_exact=self.token_exact, env_index=self.env_index,
+            token_exact=self.token_exact, env_index=self.env_index, env_id=self.env_id,
         )
 
 

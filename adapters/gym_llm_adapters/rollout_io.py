@@ -2,19 +2,25 @@
 
 Two formats, both appended once per batch and fsynced before :meth:`RolloutWriter.write` returns:
 
-* **JSONL** (``path`` ends in ``.jsonl``): one record per line, the whole batch written with one
-  ``write`` and ``fsync``. A crash mid-write can leave at most a partial last line; readers skip it and
-  a new writer cuts it off before appending, so every complete batch stays readable.
+* **JSONL** (``path`` ends in ``.jsonl``): one record per line, then one **commit line** for the batch
+  (``{"kind": "batch", "batch": k, "records": n, "sha256": ...}``, the hash of the batch's record lines), the
+  whole batch written with one ``write`` and ``fsync``. A batch counts only once its commit line is complete: a
+  process killed mid-write leaves an uncommitted tail that readers drop (with a warning) and a new writer cuts off
+  before appending, so a file reads back as exactly the batches that completed. A write that fails (``ENOSPC``,
+  Ctrl-C) cuts the file back to where the batch began.
 * **Parquet** (``path`` is a folder or ends in ``.parquet``): one ``part-NNNNNN.parquet`` file per batch,
   written to a temporary name, fsynced and renamed (atomic), then the folder is fsynced. Parquet
   cannot be appended in place (its footer is written last), so parts are the durable way.
 
 Records round-trip exactly: ids as int64, log-probs as float32, masks as int8; a step's ``info``
-(scalars and strings) is kept as JSON text.
+(scalars and strings) is kept as JSON text. Every record carries its env id, task id, group id, policy version(s)
+and a ``checksum`` of its tokens, log-probs and rewards; :func:`read_rollouts` drops a record whose checksum or JSON
+does not hold, naming its line, and keeps the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -26,7 +32,8 @@ import numpy as np
 
 from gym_llm_adapters.types import StepRecord, Trajectory
 
-__all__ = ["RolloutWriter", "read_rollouts", "record_to_dict", "record_from_dict", "truncate_rollouts"]
+__all__ = ["CorruptRecordError", "RolloutWriter", "read_rollouts", "record_checksum", "record_to_dict",
+           "record_from_dict", "truncate_rollouts"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 out["info"] = json.dumps(value, default=_json_default, sort_keys=True)
             else:
                 out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        out["checksum"] = record_checksum(record)
         return out
     if isinstance(record, Trajectory):
         out = {"kind": "trajectory"}
@@ -54,12 +62,47 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 out["steps"] = [record_to_dict(s) for s in value]
             else:
                 out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        out["checksum"] = record_checksum(record)
         return out
     raise TypeError(f"Only Trajectory and StepRecord can be written, got {type(record).__name__}.")
 
 
+def record_checksum(record: Record) -> str:
+    """SHA-256 (hex, 16 chars) of what a record teaches: its ids, log-probs, mask, rewards, labels and versions."""
+    h = hashlib.sha256()
+    if isinstance(record, StepRecord):
+        arrays = (np.asarray(record.prompt_ids, np.int64), np.asarray(record.completion_ids, np.int64),
+                  np.asarray(record.logprobs, np.float32))
+        labels = (record.env_id, record.task_id, record.group_id, record.round, record.turn, float(record.reward),
+                  record.version, bool(record.terminated), bool(record.truncated))
+    else:
+        arrays = (np.asarray(record.token_ids, np.int64), np.asarray(record.policy_mask, np.int8),
+                  np.asarray(record.logprobs, np.float32))
+        labels = (record.env_id, record.task_id, record.group_id, record.round, record.prompt_length,
+                  [float(r) for r in record.rewards], [int(v) for v in record.versions], bool(record.terminated),
+                  bool(record.truncated))
+    for array in arrays:
+        h.update(np.ascontiguousarray(array).tobytes())
+        h.update(b"|")
+    h.update(json.dumps(labels, default=_json_default).encode())
+    return h.hexdigest()[:16]
+
+
+class CorruptRecordError(ValueError):
+    """A rollout record whose JSON or checksum does not hold."""
+
+
 def record_from_dict(data: dict[str, Any]) -> Record:
-    """Inverse of :func:`record_to_dict`."""
+    """Inverse of :func:`record_to_dict`. Raises :class:`CorruptRecordError` when the record's checksum (if it
+    has one) does not match its content."""
+    record = _record_from_dict(data)
+    checksum = data.get("checksum")
+    if checksum is not None and checksum != record_checksum(record):
+        raise CorruptRecordError("its checksum does not match its tokens, log-probs or labels")
+    return record
+
+
+def _record_from_dict(data: dict[str, Any]) -> Record:
     kind = data.get("kind")
     if kind == "step":
         values = {f.name: data[f.name] for f in fields(StepRecord) if f.name in data}
@@ -69,7 +112,7 @@ def record_from_dict(data: dict[str, Any]) -> Record:
         return StepRecord(**values)
     if kind == "trajectory":
         values = {f.name: data[f.name] for f in fields(Trajectory) if f.name in data}
-        values["steps"] = [record_from_dict(dict(s)) for s in values.get("steps") or []]
+        values["steps"] = [_record_from_dict(dict(s)) for s in values.get("steps") or []]
         for name in ("token_ids", "policy_mask", "logprobs"):
             values[name] = np.asarray(values[name], dtype=_ARRAYS[name])
         values["rewards"] = [float(r) for r in values["rewards"]]
@@ -114,7 +157,12 @@ class RolloutWriter:
         if self.format == "jsonl":
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _drop_partial_line(self.path)
+            _drop_uncommitted_tail(self.path)
             self._file = open(self.path, "ab")
+            if self._file.seek(0, os.SEEK_END) == 0:
+                self._file.write(_HEADER)
+                self._file.flush()
+                os.fsync(self._file.fileno())
         else:
             try:
                 import pyarrow.parquet  # noqa: F401  (fail at construction, not at the first batch)
@@ -130,14 +178,33 @@ class RolloutWriter:
             return
         rows = [record_to_dict(r) for r in records]
         if self.format == "jsonl":
-            payload = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
-            self._file.write(payload)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            lines = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
+            commit = {"kind": "batch", "batch": self.batches_written, "records": len(rows),
+                      "sha256": hashlib.sha256(lines).hexdigest()}
+            payload = lines + (json.dumps(commit, separators=(",", ":")) + "\n").encode()
+            start = self._file.seek(0, os.SEEK_END)
+            try:
+                self._file.write(payload)
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            except BaseException:  # ENOSPC, Ctrl-C: nothing of this batch stays (the caller still holds it)
+                self._rollback(start)
+                raise
         else:
             self._write_part(rows)
         self.batches_written += 1
         self.records_written += len(rows)
+
+    def _rollback(self, size: int) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        with open(self.path, "rb+") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+        self._file = open(self.path, "ab")
 
     def _write_part(self, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
@@ -172,16 +239,12 @@ def read_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
 
 
 def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None) -> Iterator[Record]:
-    """Stream the records of ``path`` (a partial last JSONL line is skipped with a warning)."""
+    """Stream the records of ``path``: in a JSONL file, the records of committed batches (see the module docstring);
+    an uncommitted tail and each torn or corrupt record are skipped with a warning that names the line."""
     path = Path(path)
     fmt = _format_of(path, format)
     if fmt == "jsonl":
-        with open(path, "rb") as f:
-            for line in f:
-                if not line.endswith(b"\n"):
-                    logger.warning("%s ends with a partial record (an interrupted write); skipping it.", path)
-                    break
-                yield record_from_dict(json.loads(line))
+        yield from _iter_jsonl(path)
         return
     import pyarrow.parquet as pq
 
@@ -190,6 +253,55 @@ def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
             if row.get("kind") == "trajectory":
                 row["steps"] = json.loads(row["steps"])
             yield record_from_dict(row)
+
+
+def _is_commit(line: bytes) -> bool:
+    return line.startswith(b'{"kind":"batch"')
+
+
+def _iter_jsonl(path: Path) -> Iterator[Record]:
+    pending: list[tuple[int, bytes]] = []  # the current batch's record lines (line number, bytes)
+    committed_format = False
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                logger.warning("%s:%d: a partial record (an interrupted write); skipping it.", path, number)
+                break
+            if number == 1 and line == _HEADER:
+                committed_format = True
+            elif _is_commit(line):
+                committed_format = True
+                yield from _checked_batch(path, number, line, pending)
+                pending = []
+            else:
+                pending.append((number, line))
+    if pending and committed_format:
+        logger.warning("%s: lines %d-%d hold a batch that was never committed (the writer stopped mid-batch); "
+                       "skipping them.", path, pending[0][0], pending[-1][0])
+    elif pending:  # a file written before commit lines existed: every complete line is a record
+        yield from _checked_records(path, pending)
+
+
+def _checked_batch(path: Path, number: int, commit_line: bytes, lines: list[tuple[int, bytes]]) -> Iterator[Record]:
+    try:
+        commit = json.loads(commit_line)
+        expected, digest = int(commit["records"]), str(commit["sha256"])
+    except (ValueError, KeyError, TypeError):
+        logger.warning("%s:%d: a corrupt batch commit line; checking its %d records one by one.", path, number, len(lines))
+        yield from _checked_records(path, lines)
+        return
+    if len(lines) != expected or hashlib.sha256(b"".join(line for _, line in lines)).hexdigest() != digest:
+        logger.warning("%s:%d: batch %s does not match its commit line (%d of %d records, or changed bytes); "
+                       "checking its records one by one.", path, number, commit.get("batch"), len(lines), expected)
+    yield from _checked_records(path, lines)
+
+
+def _checked_records(path: Path, lines: list[tuple[int, bytes]]) -> Iterator[Record]:
+    for number, line in lines:
+        try:
+            yield record_from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError) as e:  # CorruptRecordError is a ValueError
+            logger.warning("%s:%d: dropping a corrupt record (%s: %s).", path, number, type(e).__name__, e)
 
 
 def truncate_rollouts(path: str | os.PathLike, num_records: int) -> int:
@@ -213,6 +325,13 @@ def truncate_rollouts(path: str | os.PathLike, num_records: int) -> int:
         for line in f:
             if not line.endswith(b"\n"):
                 break
+            if line == _HEADER and offset == 0:
+                offset += len(line)
+                continue
+            if _is_commit(line):
+                if kept <= num_records and not dropped:
+                    offset += len(line)  # the commit of a batch that is kept whole
+                continue
             if kept < num_records:
                 kept += 1
                 offset += len(line)
@@ -251,6 +370,44 @@ def _drop_partial_line(path: Path, chunk_bytes: int = 1 << 16) -> None:
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
+
+
+_HEADER = b'{"kind":"header","format":2}\n'
+"""First line of a JSONL file written with commit lines (files without it, from older writers, have none)."""
+
+
+def _last_commit_end(f: Any, size: int, chunk_bytes: int) -> int | None:
+    """Byte offset just after the last commit line of an open file, or None if there is none."""
+    end, buf = size, b""
+    while end > 0:
+        start = max(0, end - chunk_bytes)
+        f.seek(start)
+        buf = f.read(end - start) + buf
+        at = buf.rfind(b'\n{"kind":"batch"')
+        line_start = start + at + 1 if at != -1 else (0 if start == 0 and _is_commit(buf) else None)
+        if line_start is not None:
+            newline = buf.find(b"\n", line_start - start)
+            return size if newline == -1 else start + newline + 1
+        end = start
+    return None
+
+
+def _drop_uncommitted_tail(path: Path, chunk_bytes: int = 1 << 16) -> None:
+    """Cut the records after the last commit line (a batch the previous writer never finished), so appends start
+    on a batch boundary. Files from older writers (no header line) are left as they are."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        if f.read(len(_HEADER)) != _HEADER:
+            return
+        size = f.seek(0, os.SEEK_END)
+        keep = _last_commit_end(f, size, chunk_bytes)
+        keep = len(_HEADER) if keep is None else keep
+        if keep < size:
+            logger.warning("%s ends with an uncommitted batch; cutting %d bytes before appending.", path, size - keep)
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:

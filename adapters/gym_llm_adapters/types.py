@@ -59,6 +59,7 @@ class StepRecord:
         prompt_text / completion_text: decoded text of both.
         finish_reason: the engine's finish reason.
         info: the sub-env's step info (scalars and strings only; per-token arrays are dropped).
+        env_id: the registered id of the env that ran it.
     """
 
     env_index: int
@@ -77,6 +78,7 @@ class StepRecord:
     completion_text: str = ""
     finish_reason: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    env_id: str = ""
 
 
 @dataclass(slots=True)
@@ -98,6 +100,7 @@ class Trajectory:
             differently between turns: the sequence then restarts at that turn's observation and earlier
             turns count as context (``policy_mask == 0``); the step records stay exact.
         env_index: the sub-env (of the collector's env list, numbered across shards) that ran it.
+        env_id: the registered id of the env that ran it (``"LLMGSM8K-v0"``; its class name if unregistered).
     """
 
     task_id: int
@@ -114,6 +117,7 @@ class Trajectory:
     steps: list[StepRecord] = field(default_factory=list)
     token_exact: bool = True
     env_index: int = -1
+    env_id: str = ""
 
     @property
     def reward(self) -> float:

@@ -73,15 +73,17 @@ def test_round_trip_of_steps_and_trajectories(tmp_path, name):
 def test_jsonl_file_is_fsynced_once_per_batch_after_the_whole_batch(tmp_path, fsyncs):
     path = tmp_path / "r.jsonl"
     with RolloutWriter(path) as writer:
+        assert len(fsyncs) == 1  # the new file's header line
         for i in range(3):
             writer.write([trajectory(i), step(i)])
-            assert len(fsyncs) == i + 1  # one fsync per write()
+            assert len(fsyncs) == i + 2  # one fsync per write()
         writer.write([])  # an empty batch: nothing to make durable
-    assert [fsynced_path for fsynced_path, _ in fsyncs] == [str(path.resolve())] * 3
-    # each fsync came when the file held exactly the complete lines of every batch so far
+    assert [fsynced_path for fsynced_path, _ in fsyncs] == [str(path.resolve())] * 4
+    # each fsync came when the file held exactly the complete lines of every batch so far: header, then per batch
+    # its two records and its commit line
     data = path.read_bytes()
     lines_then = [(data[:size].count(b"\n"), data[size - 1:size]) for _, size in fsyncs]
-    assert lines_then == [(2, b"\n"), (4, b"\n"), (6, b"\n")]
+    assert lines_then == [(1, b"\n"), (4, b"\n"), (7, b"\n"), (10, b"\n")]
     assert fsyncs[-1][1] == len(data)
 
 

@@ -1,0 +1,310 @@
+"""Fault injection into the real collector: nothing partial, nothing mislabelled, nothing lost.
+
+A fault at every call site — the engine (raises, or returns a completion with a log-prob short, an id outside the
+vocabulary, a NaN or positive log-prob, an unknown finish reason, another prompt's answer, too few completions), a
+sub-env's reward (raises, or Ctrl-C), the writer (ENOSPC, Ctrl-C, a killed process) — each on the first, a middle
+and the last sub-env. After each: every returned trajectory's reward, task and tokens match an independent re-score
+of that episode (the reward rule of these tasks, the task's own prompt text, the engine's log-probs recomputed on the
+trajectory), the rollout file reads back with no torn or mislabelled record, and the collector either produces the
+next correct batch or refuses with its named error until reset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import gym_llm  # noqa: F401  (registers the env ids)
+from gym_llm_adapters.collector import Collector
+from gym_llm_adapters.engines import SamplingConfig
+from gym_llm_adapters.engines.validate import EngineOutputError
+from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts, record_checksum
+from gym_llm_adapters.types import Trajectory
+
+# Episodes take 1 + len(follow_ups) turns; the reward of turn t is len(messages) = 2t.
+TASKS = [{"prompt": "Say hi.", "follow_ups": []},
+         {"prompt": "Count to three.", "follow_ups": ["Again."]},
+         {"prompt": "Name a colour.", "follow_ups": ["Another.", "One more."]}]
+SAMPLING = SamplingConfig(max_tokens=10, temperature=1.0)
+NUM_ENVS, GROUP = 4, 2
+POSITIONS = {"first": 0, "middle": 1, "last": NUM_ENVS - 1}
+
+
+class RewardFault:
+    """The tasks' reward, len(messages); once armed with ``(prompt, exc, at)``, raises ``exc`` on its first call for
+    an episode of that prompt from call number ``at`` on."""
+
+    def __init__(self):
+        self.armed: tuple[str, BaseException, int] | None = None
+        self.calls = 0
+
+    def __call__(self, task, messages):
+        self.calls += 1
+        prompt = next(m.content for m in messages if m.role == "user")
+        if self.armed is not None and self.armed[0] in prompt and self.calls >= self.armed[2]:
+            exc, self.armed = self.armed[1], None
+            raise exc
+        return float(len(messages))
+
+
+def chat_env(tok, reward):
+    return gym.make_vec("LLMChat-v0", num_envs=NUM_ENVS, group_size=GROUP, vectorization_mode="vector_entry_point",
+                        prompts=TASKS, mode="tokens", tokenizer=tok, max_turns=3, max_seq_len=384,
+                        max_action_tokens=16, reward_fn=reward)
+
+
+class FaultyEngine:
+    """The real engine, with one fault injected into one call's output for one prompt."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.fault: tuple[str, int] | None = None  # (kind, position among the call's prompts)
+
+    @property
+    def version(self):
+        return self.engine.version
+
+    def logprobs(self, sequences):
+        return self.engine.logprobs(sequences)
+
+    def generate(self, prompts, sampling):
+        completions = self.engine.generate(prompts, sampling)
+        if self.fault is None:
+            return completions
+        kind, position = self.fault
+        self.fault = None
+        k = min(position, len(completions) - 1)
+        c = completions[k]
+        if kind == "raise":
+            raise RuntimeError("injected engine failure")
+        if kind == "short_logprobs":
+            completions[k] = dataclasses.replace(c, logprobs=c.logprobs[:-1])
+        elif kind == "id_out_of_vocab":
+            completions[k] = dataclasses.replace(c, token_ids=np.append(c.token_ids[:-1], 10**9), )
+        elif kind == "nan_logprob":
+            completions[k] = dataclasses.replace(c, logprobs=np.where(np.arange(len(c.logprobs)) == 0, np.nan, c.logprobs)
+                                                 .astype(np.float32))
+        elif kind == "positive_logprob":
+            completions[k] = dataclasses.replace(c, logprobs=np.abs(c.logprobs) + 0.5)
+        elif kind == "finish_reason":
+            completions[k] = dataclasses.replace(c, finish_reason="abort")
+        elif kind == "another_prompts_answer":  # swapped with a completion of a different prompt
+            other = next(j for j in range(len(completions)) if not np.array_equal(prompts[j], prompts[k]))
+            completions[k], completions[other] = completions[other], completions[k]
+        elif kind == "too_few":
+            del completions[k]
+        elif kind == "empty_length":
+            completions[k] = dataclasses.replace(c, token_ids=c.token_ids[:0], logprobs=c.logprobs[:0],
+                                                 finish_reason="length")
+        return completions
+
+
+def check_batch(batch: list[Trajectory], engine, tok) -> None:
+    """An independent re-score of every trajectory: reward rule, task text, tokens and log-probs, whole groups."""
+    assert len(batch) == GROUP * 2 or len(batch) == GROUP
+    for t in batch:
+        task = TASKS[t.task_id]
+        expected = [2.0 * turn for turn in range(1, len(t.steps) + 1)]
+        assert len(t.steps) == 1 + len(task["follow_ups"]) and t.rewards == expected, (t.task_id, t.rewards)
+        assert task["prompt"] in tok.decode(t.token_ids[: t.prompt_length].tolist())
+        sampled = t.policy_mask.astype(bool)
+        assert t.logprobs[sampled].tolist() == np.concatenate([s.logprobs for s in t.steps]).tolist()
+        teacher, = engine.logprobs([t.token_ids])
+        np.testing.assert_allclose(teacher[sampled], t.logprobs[sampled], atol=1e-3)
+        assert t.env_id == "LLMChat-v0"
+        assert all(s.task_id == t.task_id and s.group_id == t.group_id for s in t.steps)
+    groups: dict[tuple[int, int], set[int]] = {}
+    for t in batch:
+        groups.setdefault((t.group_id, t.round), set()).add(t.task_id)
+    assert all(len(tasks) == 1 for tasks in groups.values())
+    assert sum(1 for t in batch) == GROUP * len(groups)
+
+
+def check_file(path: Path, returned: list[list[Trajectory]]) -> None:
+    """The file holds exactly the returned batches, in order, each record intact."""
+    records = read_rollouts(path)
+    flat = [t for batch in returned for t in batch]
+    assert len(records) == len(flat)
+    for got, want in zip(records, flat):
+        assert record_checksum(got) == record_checksum(want)
+        assert (got.task_id, got.group_id, got.rewards, got.versions, got.env_id) == \
+               (want.task_id, want.group_id, want.rewards, want.versions, want.env_id)
+
+
+@pytest.fixture
+def setup(tmp_path, tiny_tok, hf_engine):
+    reward = RewardFault()
+    engine = FaultyEngine(hf_engine)
+    writer = RolloutWriter(tmp_path / "rollouts.jsonl")
+    collector = Collector(chat_env(tiny_tok, reward), engine, SAMPLING, episodes_per_batch=2 * GROUP, seed=0,
+                          writer=writer)
+    yield collector, engine, reward, writer, tmp_path / "rollouts.jsonl"
+    writer.close()
+
+
+ENGINE_FAULTS = ["short_logprobs", "id_out_of_vocab", "nan_logprob", "positive_logprob", "finish_reason",
+                 "another_prompts_answer", "too_few", "empty_length"]
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("kind", ENGINE_FAULTS)
+def test_a_bad_engine_output_is_named_and_steps_nothing(setup, tiny_tok, hf_engine, kind, position):
+    collector, engine, reward, writer, path = setup
+    first = collector.next_batch()
+    steps_before = collector.stats.env_steps
+    engine.fault = (kind, POSITIONS[position])
+    with pytest.raises(EngineOutputError) as caught:
+        collector.next_batch()
+    assert caught.value.engine == "FaultyEngine" and caught.value.problem
+    if kind != "too_few":
+        assert caught.value.sub_env is not None and 0 <= caught.value.sub_env < NUM_ENVS
+    assert collector.stats.env_steps == steps_before  # no env saw the bad output
+    second = collector.next_batch()  # the collector goes on, with correct data
+    for batch in (first, second):
+        check_batch(batch, hf_engine, tiny_tok)
+    check_file(path, [first, second])
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_an_engine_that_raises_costs_the_call_only(setup, tiny_tok, hf_engine, position):
+    collector, engine, reward, writer, path = setup
+    first = collector.next_batch()
+    engine.fault = ("raise", POSITIONS[position])
+    with pytest.raises(RuntimeError, match="injected engine failure"):
+        collector.next_batch()
+    second = collector.next_batch()
+    check_batch(second, hf_engine, tiny_tok)
+    check_file(path, [first, second])
+
+
+@pytest.mark.parametrize("task_id", [0, 1, 2])
+@pytest.mark.parametrize("exc", [ValueError("reward model down"), KeyboardInterrupt()], ids=["raises", "ctrl-c"])
+def test_a_reward_fault_refuses_until_reset_then_collects_correctly(setup, tiny_tok, hf_engine, task_id, exc):
+    collector, engine, reward, writer, path = setup
+    first = collector.next_batch()
+    reward.armed = (TASKS[task_id]["prompt"], exc, reward.calls + 1 + task_id)  # some step of a later batch
+    with pytest.raises(type(exc)):
+        for _ in range(6):
+            collector.next_batch()
+    kept = read_rollouts(path)
+    with pytest.raises(RuntimeError, match="Call collector.reset"):
+        collector.next_batch()
+    with pytest.raises(RuntimeError, match="Call collector.reset"):
+        collector.advance()
+    assert len(read_rollouts(path)) == len(kept)  # a refused call writes nothing
+    collector.reset()
+    after = collector.next_batch()
+    check_batch(after, hf_engine, tiny_tok)
+    records = read_rollouts(path)
+    assert len(records) == len(kept) + len(after)
+    for got in records:  # every record on disk is a whole, correctly labelled trajectory
+        assert got.rewards == [2.0 * t for t in range(1, len(got.steps) + 1)]
+    check_batch(first, hf_engine, tiny_tok)
+
+
+@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()],
+                         ids=["enospc", "ctrl-c"])
+def test_a_failed_write_leaves_nothing_on_disk_and_loses_no_batch(setup, tiny_tok, hf_engine, exc, monkeypatch):
+    collector, engine, reward, writer, path = setup
+    first = collector.next_batch()
+    size = path.stat().st_size
+    real_write = writer._file.write
+
+    def failing_write(data):
+        real_write(data[: len(data) // 2])  # half the batch reached the file, then the disk filled / Ctrl-C
+        raise exc
+
+    monkeypatch.setattr(writer._file, "write", failing_write)
+    with pytest.raises(type(exc)):
+        collector.next_batch()
+    assert path.stat().st_size == size  # cut back to where the batch began
+    monkeypatch.undo()
+    second = collector.next_batch()  # the batch that failed to write, written now
+    third = collector.next_batch()
+    for batch in (first, second, third):
+        check_batch(batch, hf_engine, tiny_tok)
+    check_file(path, [first, second, third])
+
+
+KILLED_WRITER = """
+import os, signal, sys
+sys.path[:0] = {paths!r}
+import numpy as np
+from gym_llm_adapters.rollout_io import RolloutWriter
+from gym_llm_adapters.types import Trajectory
+
+def trajectory(i):
+    return Trajectory(task_id=i, group_id=i, round=0, token_ids=np.arange(4 + i), policy_mask=np.ones(4 + i, np.int8),
+                      logprobs=np.full(4 + i, -0.5, np.float32), prompt_length=0, rewards=[float(i)], versions=[0],
+                      terminated=True, truncated=False, env_id="LLMChat-v0")
+
+writer = RolloutWriter(sys.argv[1])
+writer.write([trajectory(0), trajectory(1)])
+writer.write([trajectory(2), trajectory(3)])
+real = writer._file.write
+def write_then_die(data):  # the third batch: its records reach the file, then the process is killed
+    real(data[: data.rindex(b'{{"kind":"batch"')])
+    writer._file.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+writer._file.write = write_then_die
+writer.write([trajectory(4), trajectory(5)])
+"""
+
+
+def test_a_killed_writer_leaves_exactly_the_completed_batches(tmp_path, caplog):
+    path = tmp_path / "killed.jsonl"
+    repo = Path(__file__).resolve().parents[2]
+    script = KILLED_WRITER.format(paths=[str(repo), str(repo / "adapters")])
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    records = read_rollouts(path)
+    assert [r.task_id for r in records] == [0, 1, 2, 3]  # the third batch never committed
+    assert "never committed" in caplog.text
+    with RolloutWriter(path) as writer:  # a new writer cuts the uncommitted tail, then appends
+        writer.write(records[:1])
+    assert [r.task_id for r in read_rollouts(path)] == [0, 1, 2, 3, 0]
+
+
+def test_a_corrupt_record_is_dropped_with_its_line_and_the_rest_kept(tmp_path, caplog):
+    path = tmp_path / "corrupt.jsonl"
+    trajectories = [Trajectory(task_id=i, group_id=i, round=0, token_ids=np.arange(3), policy_mask=np.ones(3, np.int8),
+                               logprobs=np.full(3, -1.0, np.float32), prompt_length=0, rewards=[1.0], versions=[0],
+                               terminated=True, truncated=False) for i in range(4)]
+    with RolloutWriter(path) as writer:
+        writer.write(trajectories[:2])
+        writer.write(trajectories[2:])
+    lines = path.read_bytes().split(b"\n")
+    assert lines[2].startswith(b'{"kind":"trajectory"')  # line 3: the second record
+    lines[2] = lines[2].replace(b'"rewards":[1.0]', b'"rewards":[9.0]')  # a flipped reward: a lie, not a tear
+    lines[4] = lines[4][: len(lines[4]) // 2]  # line 5: the third record, torn
+    path.write_bytes(b"\n".join(lines))
+    records = read_rollouts(path)
+    assert [r.task_id for r in records] == [0, 3]
+    assert ":3: dropping a corrupt record" in caplog.text and ":5: dropping a corrupt record" in caplog.text
+
+
+def test_vllm_engine_faults_are_caught_the_same_way(tmp_path, tiny_tok, vllm_engine):
+    reward = RewardFault()
+    engine = FaultyEngine(vllm_engine)
+    with RolloutWriter(tmp_path / "v.jsonl") as writer:
+        collector = Collector(chat_env(tiny_tok, reward), engine, SAMPLING, episodes_per_batch=2 * GROUP, seed=0,
+                              writer=writer)
+        first = collector.next_batch()
+        for kind in ("short_logprobs", "another_prompts_answer"):
+            engine.fault = (kind, NUM_ENVS - 1)
+            with pytest.raises(EngineOutputError):
+                collector.next_batch()
+        second = collector.next_batch()
+    for batch in (first, second):
+        check_batch(batch, vllm_engine, tiny_tok)
+    check_file(tmp_path / "v.jsonl", [first, second])
