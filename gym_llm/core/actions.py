@@ -52,6 +52,8 @@ def check_token_action(action: Any, vocab_size: int, max_tokens: int) -> np.ndar
             "{'input_ids', 'attention_mask'}), not text."
         )
     else:
+        if isinstance(action, (list, tuple)) and any(isinstance(a, (bool, np.bool_)) for a in action):
+            raise TypeError("Token ids must be ints; got a bool among them (True/False would pass as 1/0).")
         try:
             ids = np.asarray(action)
         except Exception as e:  # ragged nested lists and other odd objects

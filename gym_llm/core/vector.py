@@ -137,6 +137,14 @@ def _batch_values(key: str, where: list[int] | None, values: list[Any], num_envs
 TaskAssignment = Literal["per_group", "partition"]
 
 
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+); on 3.10 the note is appended to the message where possible."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} ({note})", *exc.args[1:])
+
 class LLMVectorEnv(VectorEnv):
     """Native vector env over an :class:`~gym_llm.core.episode.EnvCore`.
 
@@ -339,15 +347,31 @@ class LLMVectorEnv(VectorEnv):
             try:
                 checked[i] = episodes[i].check_action(per_env[i])
             except (TypeError, ValueError) as e:
-                raise type(e)(f"sub-env {i}: {e}") from e
+                raise type(e)(f"{self.where(i)}: {e}") from e
         responses: list[Any] = [None] * self.num_envs
+
+        def respond(i: int) -> Any:
+            try:
+                return episodes[i].respond(checked[i])
+            except Exception as e:  # a verifier or tool raised: say where (no sub-env has changed yet)
+                add_note(e, f"raised while responding to {self.where(i)}; no sub-env changed")
+                raise
+
         if self._pool is not None and len(live_ids) > 1:
-            for i, response in zip(live_ids, self._pool.map(lambda i: episodes[i].respond(checked[i]), live_ids)):
+            for i, response in zip(live_ids, self._pool.map(respond, live_ids)):
                 responses[i] = response
         else:
             for i in live_ids:
-                responses[i] = episodes[i].respond(checked[i])
+                responses[i] = respond(i)
         return self._advance(checked, responses, live.tolist())
+
+    def where(self, i: int) -> str:
+        """``"sub-env i (task t, group g)"``: which sub-env an error is about."""
+        try:
+            task = self.episodes[i].task.task_id
+        except AttributeError:
+            task = "?"
+        return f"sub-env {i} (task {task}, group {self._group_ids[i]})"
 
     def _advance(self, checked: list[Any], responses: list[Any], live: list[bool]):
         # Per-sample results go to Python lists, converted to arrays once: cheaper than numpy item writes.

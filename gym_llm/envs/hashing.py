@@ -205,6 +205,11 @@ class LLMHashingVectorEnv(LLMVectorEnv):
 
     # -------------------------------------------------------------------------------- step
     def _check_actions(self, actions: Any, live: np.ndarray) -> np.ndarray:
+        if isinstance(actions, (list, tuple)) and len(actions) == self.num_envs:
+            for i, action in enumerate(actions):  # per sub-env first, so the error says which one
+                if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
+                    raise TypeError(f"{self.where(i)}: a token id must be an int, got {type(action).__name__} "
+                                    f"{action!r}.")
         try:
             tokens = np.asarray(actions)
         except Exception as e:  # ragged lists and other odd objects
@@ -222,7 +227,8 @@ class LLMHashingVectorEnv(LLMVectorEnv):
             out_of_range = checked.size and (checked.min() < 0 or checked.max() >= self._vocab_size)
         if out_of_range:
             bad = int(np.flatnonzero(live & ((tokens < 0) | (tokens >= self._vocab_size)))[0])
-            raise ValueError(f"sub-env {bad}: token id {int(tokens[bad])} is outside the vocabulary [0, {self._vocab_size}).")
+            raise ValueError(f"{self.where(bad)}: token id {int(tokens[bad])} is outside the vocabulary "
+                             f"[0, {self._vocab_size}).")
         return tokens.astype(np.int64, copy=False)
 
     def _infos(self) -> dict[str, Any]:

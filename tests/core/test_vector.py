@@ -145,7 +145,7 @@ def test_rejected_action_changes_nothing():
     envs = gym.make_vec("LLMChat-v0", num_envs=3, prompts=PROMPTS, max_turns=3)
     obs, _ = envs.reset(seed=0)
     before = [list(e.messages) for e in envs.unwrapped.episodes]
-    with pytest.raises(TypeError, match="sub-env 2: Expected the action as a str"):
+    with pytest.raises(TypeError, match=r"sub-env 2 \(task \d+, group \d+\): Expected the action as a str"):
         envs.step(("fine", "also fine", 42))
     with pytest.raises(ValueError, match="expects 3 actions"):
         envs.step(("a", "b"))

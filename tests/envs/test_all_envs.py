@@ -143,3 +143,58 @@ def test_step_before_reset_raises(env_id, case):
     env = gym.make(env_id, **make_kwargs(env_id, case)).unwrapped
     with pytest.raises(gym.error.ResetNeeded, match="reset"):
         env.step(env.action_space.sample())
+
+
+def _bad_per_env_actions(space) -> list:
+    """Bad single actions for one sub-env: bool, NaN, out of range, wrong shape/dtype, bytes, None."""
+    common = [None, b"bytes", True, float("nan"), [[1, 2], [3, 4]], {"x": 1}]
+    if isinstance(space, gym_llm.UnicodeText):
+        return common + [5, ["a list"], "x" * (space.max_length + 1)]
+    if isinstance(space, gym.spaces.Dict):
+        vocab = int(space["input_ids"].nvec[0])
+        return common + ["text", [True, 1], [1.5, 2.0], [vocab], [-1], [1] * (space["input_ids"].shape[0] + 1)]
+    vocab = int(space.n)
+    return common + ["x", 1.5, -1, vocab, np.float32(2.0)]
+
+
+@pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
+def test_vector_and_scalar_reject_the_same_bad_inputs_naming_the_sub_env(env_id, case):
+    """A bad action for one sub-env (first, middle or last) of a native vector env: a TypeError/ValueError naming
+    that sub-env, its task and group; no sub-env changes (a twin env that never saw it then steps identically);
+    and the scalar env rejects the same input."""
+    n = 3
+    kwargs = make_kwargs(env_id, case)
+    envs, twin = (gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **make_kwargs(env_id, case))
+                  for _ in range(2))
+    scalar = gym.make(env_id, **kwargs)
+    scalar.reset(seed=0)
+    space = envs.single_action_space
+    bad_inputs = _bad_per_env_actions(space)
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(seed=st.integers(0, 2**16), bad=st.sampled_from(range(len(bad_inputs))), position=st.sampled_from([0, 1, 2]))
+    def run(seed, bad, position):
+        _, infos = envs.reset(seed=seed)
+        twin.reset(seed=seed)
+        space.seed(seed)
+        valid = [space.sample() for _ in range(n)]
+        actions = list(valid)
+        actions[position] = bad_inputs[bad]
+        with pytest.raises((TypeError, ValueError)) as caught:
+            envs.step(tuple(actions) if isinstance(space, gym_llm.UnicodeText) else actions)
+        where = f"sub-env {position} (task {int(infos['task_id'][position])}, group {int(infos['group_id'][position])})"
+        assert where in str(caught.value), str(caught.value)
+        with pytest.raises((TypeError, ValueError)):
+            scalar.step(bad_inputs[bad])
+        step = tuple(valid) if isinstance(space, gym_llm.UnicodeText) else valid
+        got, want = envs.step(step), twin.step(step)
+        for a, b in zip(got, want):
+            assert_same(without(a, "elapsed_s") if isinstance(a, dict) else a,
+                        without(b, "elapsed_s") if isinstance(b, dict) else b)
+
+    try:
+        run()
+    finally:
+        envs.close()
+        twin.close()
+        scalar.close()
