@@ -13,6 +13,7 @@ from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
 from gym_llm.core.vector import LLMVectorEnv
+from gym_llm.rewards.deadline import DeadlineExceeded
 from gym_llm.tasks.loading import load_records
 
 __all__ = ["LLMChatEnv", "LLMChatVectorEnv", "ChatHandler", "RewardFn", "UserSimulator", "builtin_chat_prompts"]
@@ -34,10 +35,14 @@ def builtin_chat_prompts() -> list[dict[str, Any]]:
 
 
 def call_reward(reward_fn: RewardFn | None, task: Task, messages: Sequence[Message]) -> tuple[float, dict[str, Any]]:
-    """Run a reward hook and normalise its result to ``(float, info)``."""
+    """Run a reward hook and normalise its result to ``(float, info)``. A hook wrapped in
+    :func:`~gym_llm.rewards.deadline.with_deadline` that runs past its limit gives ``(0.0, {"reward_error": ...})``."""
     if reward_fn is None:
         return 0.0, {}
-    result = reward_fn(task, messages)
+    try:
+        result = reward_fn(task, messages)
+    except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
+        return 0.0, {"reward_error": f"DeadlineExceeded: {e}"}
     if isinstance(result, tuple):
         reward, info = result
         return float(reward), dict(info)

@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
+from gym_llm.rewards.deadline import DeadlineExceeded
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvCore, Episode, Transition
 from gym_llm.core.tasks import Task, TaskOrder
@@ -59,8 +60,11 @@ class HashingEpisode(Episode):
     def advance(self, action: int, response: Any) -> Transition:
         terminated, truncated = self.chains.append(self._row_index, np.array([action], dtype=np.int64))
         done = bool(terminated[0] or truncated[0])
-        reward = self.terminal_reward() if done else 0.0
         info = {"steps": int(self.chains.steps[self.row])}
+        try:
+            reward = self.terminal_reward() if done else 0.0
+        except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
+            reward, info["reward_error"] = 0.0, f"DeadlineExceeded: {e}"
         return Transition(self.chains.row_observation(self.row), reward, bool(terminated[0]), bool(truncated[0]), info)
 
     def state(self, done: bool) -> HashingState:
@@ -281,9 +285,17 @@ class LLMHashingVectorEnv(LLMVectorEnv):
                 self._done[i] = False
                 self._set_info_row(infos, i, info)
         for i in ended:
-            rewards[i] = self.episodes[i].terminal_reward()
+            reward_error = None
+            try:
+                rewards[i] = self.episodes[i].terminal_reward()
+            except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
+                reward_error = f"DeadlineExceeded: {e}"
+            if reward_error is not None and self.autoreset_mode != AutoresetMode.SAME_STEP:
+                infos = self._add_info(infos, {"reward_error": reward_error}, i)
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 final_info = {key: infos[key][i].item() for key in ("steps", "task_id", "group_id", "round")}
+                if reward_error is not None:
+                    final_info["reward_error"] = reward_error
                 infos = self._add_info(infos, {"final_obs": self.chains.row_observation(i), "final_info": final_info}, i)
                 _, info = self._start(i, None)
                 self._set_info_row(infos, i, info)

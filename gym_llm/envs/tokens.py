@@ -8,6 +8,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.rewards.deadline import DeadlineExceeded
 from gym_llm.core.actions import check_text_action, check_token_action
 from gym_llm.core.chat import ChatConfig
 from gym_llm.core.episode import EnvCore, Episode, Transition
@@ -189,10 +190,13 @@ class TokensEpisode(Episode):
             sequence = self._ids[: self._n].copy()
         terminated = hit_stop
         truncated = not terminated and (overflow or (self.config.max_steps is not None and self.steps >= self.config.max_steps))
-        reward = 0.0
+        reward, info = 0.0, self._info()
         if self.config.reward_fn is not None:
-            reward = float(self.config.reward_fn(self.task, sequence, terminated or truncated))
-        return Transition(self._observation(), reward, terminated, truncated, self._info())
+            try:
+                reward = float(self.config.reward_fn(self.task, sequence, terminated or truncated))
+            except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
+                info["reward_error"] = f"DeadlineExceeded: {e}"
+        return Transition(self._observation(), reward, terminated, truncated, info)
 
     def render(self) -> str:
         if self.core.mode == "text":

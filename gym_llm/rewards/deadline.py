@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["DeadlineExceeded", "WorkerPool", "call_with_deadline"]
+__all__ = ["DeadlineExceeded", "WorkerPool", "call_with_deadline", "with_deadline"]
 
 _FRAME = struct.Struct(">I")
 _MAX_FRAME = 64 << 20
@@ -64,7 +64,10 @@ while True:
     try:
         if target not in functions:
             module, _, name = target.partition(":")
-            functions[target] = getattr(importlib.import_module(module), name)
+            value = importlib.import_module(module)
+            for part in name.split("."):
+                value = getattr(value, part)
+            functions[target] = value
         send(("ok", functions[target](*args, **kwargs)))
     except BaseException as e:
         try:
@@ -217,3 +220,33 @@ def call_with_deadline(target: str, *args: Any, timeout_s: float, **kwargs: Any)
         if _DEFAULT_POOL is None:
             _DEFAULT_POOL = WorkerPool()
     return _DEFAULT_POOL.call(target, *args, timeout_s=timeout_s, **kwargs)
+
+
+class with_deadline:  # noqa: N801  (used like a function: reward_fn=with_deadline(my_reward, 5.0))
+    """``fn`` wrapped to run in a deadline worker: a reward hook that can never hang a step.
+
+    ``fn`` must be importable by name (a module-level function, not a lambda, a closure or a function defined in
+    ``__main__``): the worker imports it. Its arguments and result are pickled. Past ``timeout_s`` the call raises
+    :class:`DeadlineExceeded`, which the envs turn into reward 0 with ``info["reward_error"]`` (fail closed).
+
+    >>> env = gym.make("LLMChat-v0", reward_fn=with_deadline(my_package.rewards.judge, timeout_s=5.0))  # doctest: +SKIP
+    """
+
+    def __init__(self, fn: Any, timeout_s: float):
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+        if not callable(fn) or module is None or module == "__main__" or "<" in qualname:
+            raise ValueError(
+                f"with_deadline needs a function importable by name, got {fn!r} (module {module!r}). Lambdas, closures "
+                "and functions defined in __main__ cannot be imported by the worker process: move the function into a "
+                "module on sys.path."
+            )
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}.")
+        self.target, self.timeout_s = f"{module}:{qualname}", float(timeout_s)
+        self.__name__ = getattr(fn, "__name__", "reward")
+
+    def __call__(self, *args: Any) -> Any:
+        return call_with_deadline(self.target, *args, timeout_s=self.timeout_s)
+
+    def __repr__(self) -> str:
+        return f"with_deadline({self.target}, timeout_s={self.timeout_s:g})"

@@ -63,6 +63,8 @@ _MULTIPLIER_RE = re.compile(
 )
 _OPERATOR_RE = re.compile(r"\*|[+×·÷^√]|\\(?:times|cdot|div|sqrt|pm|mp|lor|land|vee|wedge|cup|cap)\b|\bsqrt\b"
                           r"|(?<=[\d)}])\s*[-−–]\s*(?=[\d($\\])")
+_SIMPLE_ANSWER_RE = re.compile(r"(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?\.?|-(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+"""One plain number, nothing else: such an answer keeps the one-answer rule without the full check."""
 _EMPHASIS_RE = re.compile(r"(\*\*|__|\*|_)(?=\S)(.+?)(?<=\S)\1")  # markdown **18**, *18*, __18__
 
 
@@ -354,10 +356,13 @@ def grade(completion: str, answer: str, *, timeout_s: float | None = None) -> GS
     extracted, method = extract_answer(completion)
     if extracted is None:
         return GSM8KGrade(False, None, reference, False, method)
-    problem = answer_problem(extracted) if _reference_value(reference) is not None else None  # the rule is for
-    if problem is not None:  # numeric references (GSM8K's); a symbolic reference goes to math-verify as it is
+    if _SIMPLE_ANSWER_RE.fullmatch(extracted):  # the common case ("18", "$1,234.50", "-7"): keeps the rule as is
+        problem, segment = None, extracted
+    else:  # the rule is for numeric references (GSM8K's); a symbolic reference goes to math-verify as it is
+        problem = answer_problem(extracted) if _reference_value(reference) is not None else None
+        segment = _signed(_final_segment(extracted))
+    if problem is not None:
         return GSM8KGrade(False, extracted, reference, False, method, problem=problem)
-    segment = _signed(_final_segment(extracted))
     value = _plain_value(segment)
     try:
         correct = _equivalent(segment, value, reference, timeout_s)
