@@ -61,6 +61,22 @@ logger = logging.getLogger(__name__)
 _RESTART_SEED_SHIFT = 1 << 40  # a replacement worker's seeds: far from every seed the run used before
 
 
+def root_cause(exc: BaseException, limit: int = 600) -> str:
+    """What actually went wrong in a worker, for a log line: the exception the worker raised (Ray wraps it in a
+    ``RayTaskError`` whose text starts with a long ``ray::Actor.method() (pid=..., ip=...)`` header), as
+    ``Type: message``, its last line if the message is a traceback."""
+    root = exc
+    while isinstance(getattr(root, "cause", None), BaseException) and root.cause is not root:
+        root = root.cause
+    text = str(root).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and root is exc:  # a wrapped traceback: its last line names the error
+        text = lines[-1].strip()
+    name = type(root).__name__
+    text = text if text.startswith(name) else f"{name}: {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass
 class RayCollectorStats(CollectorStats):
     """:class:`~gym_llm_adapters.collector.CollectorStats` summed over the workers, plus failure counters.
@@ -261,14 +277,14 @@ class RayCollector:
         slot.groups = GroupBuffer(self.group_size, queue=False)
         if slot.restarts >= self.max_worker_restarts:
             self._broken = EnvWorkerDiedError(
-                f"Env worker {slot.index} failed ({type(cause).__name__}: {cause}) after {slot.restarts} restart(s); "
+                f"Env worker {slot.index} failed ({root_cause(cause)}) after {slot.restarts} restart(s); "
                 f"max_worker_restarts={self.max_worker_restarts}. Fix the env (see the worker's log) or allow more "
                 "restarts.")
             raise self._broken from cause
         slot.restarts += 1
         self.stats.worker_restarts += 1
-        logger.warning("Env worker %d failed (%s: %.200s); restarting it (%d/%d). Dropped %d in-flight episode(s) and "
-                       "%d finished episode(s) of incomplete groups.", slot.index, type(cause).__name__, cause,
+        logger.warning("Env worker %d failed (%s); restarting it (%d/%d). Dropped %d in-flight episode(s) and "
+                       "%d finished episode(s) of incomplete groups.", slot.index, root_cause(cause),
                        slot.restarts, self.max_worker_restarts, dropped, orphaned)
         slot.group_offset = self._next_group_offset  # fresh group ids: no clash with the dead worker's groups
         self._next_group_offset += slot.num_envs // self.group_size

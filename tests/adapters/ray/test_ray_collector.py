@@ -156,3 +156,19 @@ def test_bad_settings_are_refused(ray_cluster, hf_engines, tiny_tok):
         EngineSpec("tgi", "model")
     with pytest.raises(TypeError, match="env id .* or a factory"):
         EnvSpec(42)
+
+
+def test_a_worker_failure_is_logged_with_its_cause_not_rays_header(ray_cluster):
+    import ray
+
+    from gym_llm_adapters.ray.collector import root_cause
+
+    @ray.remote
+    def reward_that_fails():
+        raise ValueError("reward model down: " + "x" * 300)
+
+    with pytest.raises(ValueError) as caught:
+        ray.get(reward_that_fails.remote())
+    assert "ray::" in str(caught.value)  # what the log showed before: Ray's header, cut at 200 characters
+    text = root_cause(caught.value)
+    assert text.startswith("ValueError: reward model down: xxx") and "ray::" not in text and len(text) > 300
