@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Literal, Mapping, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
@@ -95,11 +96,54 @@ def _strip_thinking(text: str) -> str:
     return text[at + len("</think>"):].lstrip() if at >= 0 else text
 
 
+_WORD_RE = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+
+def _words(value: Any) -> list[str]:
+    """Lower-cased words of a value (nested lists/dicts of instruction arguments included)."""
+    if isinstance(value, str):
+        return [w.lower() for w in _WORD_RE.findall(value)]
+    if isinstance(value, Mapping):
+        return [w for v in value.values() for w in _words(v)]
+    if isinstance(value, (list, tuple)):
+        return [w for v in value for w in _words(v)]
+    return []
+
+
+QUALITY_MIN_WORDS = 15
+QUALITY_MIN_DISTINCT = 0.3
+QUALITY_MIN_OWN = 0.5
+
+
+def quality_problem(reply: str, prompt: str, kwargs: Any) -> str | None:
+    """Why a reply is content-free by the optional quality guard of :class:`LLMIFEvalEnv`, or ``None``.
+
+    IFEval's official checks look at form only: a reply made of the instruction's own arguments (the keywords to
+    include, the phrase to end with, a repeated placeholder) meets most of them while answering nothing. The guard
+    asks for a minimal answer: at least :data:`QUALITY_MIN_WORDS` words; at least :data:`QUALITY_MIN_DISTINCT` of
+    them distinct (not one word repeated); at least :data:`QUALITY_MIN_OWN` of them not taken from the
+    instruction's arguments; and at least one content word (4+ letters) of the prompt that is not an argument.
+    """
+    words = _words(reply)
+    if len(words) < QUALITY_MIN_WORDS:
+        return f"fewer than {QUALITY_MIN_WORDS} words ({len(words)})"
+    if len(set(words)) < QUALITY_MIN_DISTINCT * len(words):
+        return f"repetitive ({len(set(words))} distinct words of {len(words)})"
+    argument_words = set(_words(kwargs))
+    own = sum(1 for w in words if w not in argument_words)
+    if own < QUALITY_MIN_OWN * len(words):
+        return f"mostly the instruction's own arguments ({len(words) - own} of {len(words)} words)"
+    topic = {w for w in _words(prompt) if len(w) >= 4} - argument_words
+    if topic and not topic & set(words):
+        return "no content word of the prompt"
+    return None
+
+
 class IFEvalHandler:
     """Scores the single assistant turn with the official IFEval checks (see :class:`LLMIFEvalEnv`)."""
 
     def __init__(self, reward_mode: RewardMode = "fraction", loose: bool = False, strip_thinking: bool = False,
-                 scoring_workers: int = 0):
+                 scoring_workers: int = 0, quality_guard: bool = False):
         from gym_llm.rewards.ifeval_pool import IFEvalScorer
 
         if reward_mode not in ("fraction", "all"):
@@ -110,6 +154,7 @@ class IFEvalHandler:
         self.reward_mode = reward_mode
         self.loose = bool(loose)
         self.strip_thinking = bool(strip_thinking)
+        self.quality_guard = bool(quality_guard)
         self.scorer = IFEvalScorer(scoring_workers)
 
     def reward(self, result: Any) -> float:
@@ -135,6 +180,11 @@ class IFEvalHandler:
             "instruction_results": result.to_json(),
             "key": int(data["key"]) if isinstance(data["key"], int) else str(data["key"]),
         }
+        if self.quality_guard:  # off by default: the official score stays exact
+            problem = quality_problem(text, data["prompt"], data["kwargs"])
+            info["quality_problem"] = problem or ""
+            if problem is not None:
+                reward = 0.0
         return Response(reward, True, (), info)
 
 
@@ -149,6 +199,7 @@ def build_ifeval_core(
     loose: bool = False,
     strip_thinking: bool = False,
     scoring_workers: int = 0,
+    quality_guard: bool = False,
     task_order: TaskOrder = "shuffle",
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
@@ -156,7 +207,7 @@ def build_ifeval_core(
 ) -> EnvCore:
     task_list = load_ifeval_tasks(data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
                                   split=split)
-    handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers)
+    handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers, quality_guard)
     return chat_env_core(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
                          max_tool_calls_per_turn=max_tool_calls_per_turn, parallel_respond=scoring_workers > 0,
                          on_close=handler.scorer.close, extra={"scorer": handler.scorer})
@@ -206,7 +257,8 @@ class LLMIFEvalEnv(LLMEnv):
       ``split="train"``) through ``datasets``. Rows are validated when the env is made.
     * ``reward_mode`` (``"fraction"``/``"all"``), ``loose`` (bool), ``strip_thinking`` (score only the
       text after ``</think>``; default False, as the official evaluation), ``scoring_workers``
-      (processes for scoring; 0 scores in the stepping thread), ``task_order``, and every
+      (processes for scoring; 0 scores in the stepping thread), ``quality_guard`` (default False: reward 0 for a
+      content-free reply — see :func:`quality_problem`; info ``quality_problem`` says why), ``task_order``, and every
       :class:`~gym_llm.core.chat.ChatConfig` field (``mode``, ``tokenizer``, ``system_prompt``, ...).
 
     ## Vectorized environment
