@@ -234,8 +234,15 @@ class ReferenceKL:
     def apply(self, batch: RolloutBatch) -> RolloutBatch:
         """A copy of ``batch`` with ``ref_logprobs`` set and, when ``reward_coef > 0``, KL-shaped ``rewards``.
 
-        The input batch is not modified.
+        The input batch is not modified. With ``reward_coef > 0`` it must not have advantages yet (they would not see
+        the shaping): the order is ``apply`` first, then advantages — a batch with advantages is refused.
         """
+        if self.config.reward_coef > 0 and batch.advantages is not None:
+            raise ValueError(
+                "This batch already has advantages, and reward_coef > 0 would change its rewards after them: the "
+                "advantages would not see the KL shaping. Call ReferenceKL.apply(batch) before computing "
+                "advantages (see docs/kl.md), or use reward_coef=0 (KL in the loss, via beta)."
+            )
         out = self(batch)
         return dataclasses.replace(
             batch,

@@ -8,6 +8,8 @@ Per policy token ``t`` of sequence ``i`` (all tensors ``(B, S)`` and aligned as 
     surr_t   *= w_t                                                 # engine/trainer importance weight (TIS)
     kl_t      = k3(logp_t, ref_logp_t) = exp(ref_logp_t - logp_t) - (ref_logp_t - logp_t) - 1
     kl_t     *= ratio_t                                             # if kl_importance_correction
+                                                                    # (k1 needs it, k2 refuses it: see the
+                                                                    # kl_importance_correction table)
     loss_t    = surr_t + beta * kl_t
     loss      = aggregate(loss_t over policy tokens)                # token_mean | sequence_mean | dr_grpo
 
@@ -42,6 +44,13 @@ ImportanceSampling = Literal["none", "token_truncate", "token_mask", "sequence_t
 _IS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
+KL_REFUSED = {
+    ("k1", False): "has expected gradient 0 (E[grad log pi] = 0): the penalty would only add noise",
+    ("k2", True): "optimises E[k1 + k2], not the KL: its gradient is not the reverse-KL gradient",
+}
+"""(estimator, kl_importance_correction) pairs refused with ``beta > 0``, and why."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GRPOLossConfig:
     """Settings of :class:`GRPOLoss` (TRL ``GRPOConfig`` names in brackets).
@@ -60,10 +69,21 @@ class GRPOLossConfig:
             needed [``beta``]. Must be >= 0.
         kl_estimator: estimator of the KL term (:func:`gym_llm_adapters.kl.kl_estimate`); GRPO and TRL use
             ``"k3"``, the only one TRL offers.
-        kl_importance_correction: multiply the KL term by the (differentiable) policy ratio so that its gradient
-            is the unbiased reverse-KL gradient when the data is off-policy (DeepSeek-V3.2). Changes the KL
-            gradient (not its value) even on-policy. TRL's default [``use_bias_correction_kl``]; only used with
-            ``beta > 0``.
+        kl_importance_correction: multiply the KL term by the (differentiable) policy ratio (DeepSeek-V3.2).
+            Changes the KL gradient (not its value) even on-policy. What the expected gradient of ``beta * kl``
+            then is, for tokens sampled from the old policy (exact by enumeration in
+            ``tests/adapters/losses/test_kl_gradients.py``):
+
+            ============  ===========================================  =========================================
+            estimator     with the correction                          without
+            ============  ===========================================  =========================================
+            ``"k1"``      reverse-KL gradient (on- and off-policy)     **refused**: expected gradient 0
+            ``"k2"``      **refused**: gradient of ``E[k1 + k2]``      reverse-KL gradient (on-policy only)
+            ``"k3"``      reverse-KL gradient (on- and off-policy)     forward-KL gradient ``KL(ref || pi)``
+                          (default; TRL ``use_bias_correction_kl``)    (GRPO paper; TRL's other setting)
+            ============  ===========================================  =========================================
+
+            Only used with ``beta > 0``.
         aggregation: how per-token losses become a scalar: ``"token_mean"`` (every policy token weighs the
             same; TRL ``"bnpo"``, and ``"dapo"`` with ``num_items``), ``"sequence_mean"`` (every sequence
             weighs the same; TRL ``"grpo"``), ``"dr_grpo"`` (sum over tokens / ``(B * max_completion_length)``;
@@ -109,6 +129,14 @@ class GRPOLossConfig:
             raise ValueError(f"beta must be >= 0; got {self.beta}.")
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise ValueError(f"kl_estimator must be 'k1', 'k2' or 'k3'; got {self.kl_estimator!r}.")
+        if self.beta > 0 and (self.kl_estimator, self.kl_importance_correction) in KL_REFUSED:
+            raise ValueError(
+                f"kl_estimator={self.kl_estimator!r} with kl_importance_correction={self.kl_importance_correction} "
+                f"{KL_REFUSED[(self.kl_estimator, self.kl_importance_correction)]}. The combinations whose gradient "
+                "is the reverse-KL gradient are k1 with the correction, k3 with the correction (default; exact "
+                "off-policy too) and k2 without it (on-policy); k3 without it is the forward-KL gradient (GRPO "
+                "paper, TRL without use_bias_correction_kl)."
+            )
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}; got {self.aggregation!r}.")
         if self.aggregation == "dr_grpo" and (self.max_completion_length is None or self.max_completion_length < 1):

@@ -40,7 +40,9 @@ class SFTLossConfig:
         aggregation: ``"token_mean"`` (mean over all assistant tokens of the batch; long answers weigh more)
             or ``"sequence_mean"`` (mean over each sequence's tokens, then over sequences).
         kl_coef: weight of the KL-to-reference term; 0 (default) disables it. Must be >= 0.
-        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (default; non-negative, as TorchRL's SFT KL).
+        kl_estimator: ``"k2"`` or ``"k3"`` (default; non-negative, as TorchRL's SFT KL). Both pull towards the
+            reference on the dataset's tokens; ``"k1"`` is refused with ``kl_coef > 0`` (its gradient ignores the
+            reference).
     """
 
     objective: Literal["nll", "minor_sft"] = "nll"
@@ -60,6 +62,12 @@ class SFTLossConfig:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}.")
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise ValueError(f"kl_estimator must be 'k1', 'k2' or 'k3'; got {self.kl_estimator!r}.")
+        if self.kl_coef > 0 and self.kl_estimator == "k1":
+            raise ValueError(
+                "kl_estimator='k1' cannot regularise SFT: on dataset tokens its gradient is kl_coef * grad log p, "
+                "which ignores the reference (it only rescales the NLL, and unlearns at kl_coef >= 1). Use 'k2' "
+                "(gradient (log p - log ref) * grad log p) or 'k3' (default; (1 - ref/p) * grad log p)."
+            )
 
     @property
     def needs_reference(self) -> bool:

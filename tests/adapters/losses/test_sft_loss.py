@@ -37,7 +37,7 @@ def naive_sft(logp, ref, mask, cfg: SFTLossConfig) -> float:
     SFTLossConfig(),
     SFTLossConfig(aggregation="sequence_mean"),
     SFTLossConfig(kl_coef=0.3),
-    SFTLossConfig(kl_coef=0.1, kl_estimator="k1", aggregation="sequence_mean"),
+    SFTLossConfig(kl_coef=0.1, kl_estimator="k2", aggregation="sequence_mean"),
     SFTLossConfig(objective="minor_sft", minor_beta=0.5),
     SFTLossConfig(objective="minor_sft", kl_coef=0.2, kl_estimator="k2"),
 ], ids=str)
