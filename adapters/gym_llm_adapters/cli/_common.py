@@ -61,7 +61,9 @@ def add_model_options(parser: argparse.ArgumentParser, *, default_model: str | N
                             "(default: auto)")
     group.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default: auto)")
     group.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                       help="weights' dtype (default: float32 on CPU, bfloat16 on GPU)")
+                       help="compute dtype (default: float32 on CPU, bfloat16 on GPU). Training keeps fp32 master "
+                            "weights and optimizer state either way; bfloat16 = bf16 autocast for the trainer's "
+                            "forward/backward and bf16 weights in the engine and the reference")
     group.add_argument("--vllm-arg", dest="vllm_args", action="append", type=_env_arg, default=[],
                        metavar="KEY=VALUE", help="an extra vllm.LLM argument (repeatable), e.g. "
                                                  "--vllm-arg gpu_memory_utilization=0.5")

