@@ -63,7 +63,7 @@ class EpisodeBuilder:
     """
 
     __slots__ = ("env_index", "task_id", "group_id", "round", "prompt_length", "steps", "token_exact", "env_id",
-                 "_ids", "_mask", "_logprobs", "_n")
+                 "_ids", "_mask", "_logprobs", "_turn", "_n")
 
     def __init__(self, env_index: int, task_id: int, group_id: int, round_: int, prompt_ids: np.ndarray,
                  env_id: str = ""):
@@ -76,6 +76,7 @@ class EpisodeBuilder:
         self._ids = np.zeros(capacity, dtype=np.int64)
         self._mask = np.zeros(capacity, dtype=np.int8)
         self._logprobs = np.zeros(capacity, dtype=np.float32)
+        self._turn = np.full(capacity, -1, dtype=np.int32)  # which step sampled each token (-1: not the policy)
         self._n = 0
         self._append(prompt_ids, 0, None)
 
@@ -87,7 +88,7 @@ class EpisodeBuilder:
         end = self._n + len(ids)
         if end > len(self._ids):
             size = max(end, 2 * len(self._ids))
-            for name in ("_ids", "_mask", "_logprobs"):
+            for name in ("_ids", "_mask", "_logprobs", "_turn"):
                 old = getattr(self, name)
                 new = np.zeros(size, dtype=old.dtype)
                 new[: self._n] = old[: self._n]
@@ -95,6 +96,7 @@ class EpisodeBuilder:
         self._ids[self._n: end] = ids
         self._mask[self._n: end] = mask
         self._logprobs[self._n: end] = 0.0 if logprobs is None else logprobs
+        self._turn[self._n: end] = len(self.steps) if mask else -1
         self._n = end
 
     def observe(self, prompt_ids: np.ndarray) -> None:
@@ -151,13 +153,15 @@ class EpisodeBuilder:
             theirs = np.asarray(env_policy_mask)[: self._n]
             if len(theirs) != self._n or not np.array_equal(theirs.astype(np.int8), mask):
                 raise RuntimeError(f"Sub-env {self.env_index}: the env's policy_mask disagrees with the sampled positions.")
+        turns = self._turn[: self._n][mask.astype(bool)]
+        turn_tokens = np.bincount(turns, minlength=len(self.steps)).tolist() if len(turns) else [0] * len(self.steps)
         return Trajectory(
             task_id=self.task_id, group_id=self.group_id, round=self.round,
             token_ids=self._ids[: self._n].copy(), policy_mask=mask, logprobs=self._logprobs[: self._n].copy(),
             prompt_length=self.prompt_length if self.token_exact else 0,
             rewards=[s.reward for s in self.steps], versions=[s.version for s in self.steps],
             terminated=self.steps[-1].terminated, truncated=self.steps[-1].truncated, steps=self.steps,
-            token_exact=self.token_exact, env_index=self.env_index, env_id=self.env_id,
+            token_exact=self.token_exact, env_index=self.env_index, env_id=self.env_id, turn_tokens=turn_tokens,
         )
 
 

@@ -99,8 +99,12 @@ class ReferenceKLConfig:
             episode's policy tokens) from each episode's reward — the KL-shaped reward of InstructGPT-style
             RLHF. 0 (default) leaves rewards alone and only stores ``ref_logprobs`` for a loss-side KL term
             (GRPO's ``beta``). Must be >= 0.
-        temperature: the reference logits are divided by it; keep it equal to the temperature the policy's
-            log-probs were computed at (vLLM reports raw, temperature-1 log-probs by default). Must be > 0.
+        temperature / top_p / top_k: the sampler's settings, applied to the reference exactly as to the policy
+            (:func:`~gym_llm_adapters.logprobs.token_logprobs`): keep them equal to those the policy's log-probs
+            describe — the sampling settings with an engine in ``logprobs_mode="processed"`` (then the KL is between
+            the distribution actually sampled from and the reference's, and a reference equal to the policy gives
+            exactly 0), or ``1.0 / 1.0 / 0`` with raw log-probs (the engines' default). ``temperature > 0``,
+            ``top_p`` in ``(0, 1]``, ``top_k >= 0`` (0 and 1.0 disable them).
         micro_batch_size: at most this many rows per reference forward; None = no row limit. Must be >= 1.
         max_tokens_per_forward: at most ``rows * padded_width`` tokens per reference forward (rows go longest
             first and each forward is trimmed to its longest row, so this also skips most padding). The default
@@ -113,6 +117,8 @@ class ReferenceKLConfig:
     estimator: KLEstimator = "k3"
     reward_coef: float = 0.0
     temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
     micro_batch_size: int | None = None
     max_tokens_per_forward: int | None = 4096
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -124,6 +130,10 @@ class ReferenceKLConfig:
             raise ValueError(f"reward_coef must be >= 0; got {self.reward_coef}. Use 0 to leave rewards alone.")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0; got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 disables it); got {self.top_p}.")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 disables it); got {self.top_k!r}.")
         for name in ("micro_batch_size", "max_tokens_per_forward"):
             limit = getattr(self, name)
             if limit is not None and limit < 1:
@@ -200,6 +210,8 @@ class ReferenceKL:
                 attention_mask.to(self.device),
                 policy_mask.to(self.device),
                 temperature=config.temperature,
+                top_p=config.top_p,
+                top_k=config.top_k,
                 micro_batch_size=config.micro_batch_size,
                 max_tokens_per_forward=config.max_tokens_per_forward,
                 chunk_bytes=config.chunk_bytes,

@@ -8,7 +8,16 @@ largest temporary is one ``(rows_per_chunk, V)`` logits tile, never a full ``(B,
 Formula (positions follow :mod:`gym_llm_adapters.types`: the value at ``t`` scores ``token_t``)::
 
     z_t   = W h_{t-1} (+ b),   s_t = z_t / temperature                 # (V,)
-    out_t = s_t[token_t] - logsumexp(s_t)   where score_mask[t] == 1, else 0.0
+    K_t   = {v : s_t[v] >= f_t}                                         # the tokens the sampler may draw
+    out_t = s_t[token_t] - logsumexp(s_t[K_t])   where score_mask[t] == 1, else 0.0
+
+Without top-k/top-p, ``K_t`` is the whole vocabulary. With them, ``f_t`` is the smallest logit the sampler keeps:
+top-k keeps the ``top_k`` largest, then top-p keeps, in descending order, every token whose preceding
+probability mass (within the top-k) is ``< top_p`` — vLLM's and transformers' rule — so ``out_t`` is the log-prob
+of the distribution actually sampled from (vLLM's ``logprobs_mode="processed_logprobs"``). A scored token that
+this rule would have cut (the engine's kernels round differently at the boundary, or the tokens were not sampled
+with these settings) joins ``K_t`` itself, so every scored log-prob is finite. ``K_t`` is piecewise constant in the weights; the gradient is that of the
+renormalised softmax on ``K_t``.
 
 With autograd enabled, the projection is a custom :class:`torch.autograd.Function` whose backward recomputes
 each tile and turns it in place into ``d out / d s = g * (onehot(token) - softmax(s))``, so the backward holds
@@ -27,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["token_logprobs", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["token_logprobs", "restrict_to_sampled_set", "DEFAULT_CHUNK_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,42 @@ def _rows_per_chunk(vocab_size: int, chunk_bytes: int) -> int:
     return max(1, chunk_bytes // (vocab_size * 4))
 
 
+def _nucleus_floor(tile: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """``(n, V) -> (n,)`` the smallest scaled logit each row keeps under top-k, then top-p (module docstring).
+
+    >>> _nucleus_floor(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 0, 0.8)  # 0.5 + 0.3 reaches 0.8
+    tensor([-1.2040])
+    >>> _nucleus_floor(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1, 1.0)
+    tensor([-0.6931])
+    """
+    values = tile.sort(dim=-1, descending=True).values  # (n, V)
+    if 0 < top_k < values.shape[1]:
+        values = values[:, :top_k]
+    if top_p >= 1.0:
+        return values[:, -1].clone()
+    probs = values.softmax(-1)  # (n, k)
+    before = probs.cumsum(-1).sub_(probs)  # probability mass strictly above each token
+    kept = (before < top_p).sum(-1, keepdim=True)  # >= 1: the first token has nothing above it
+    return values.gather(1, kept - 1).squeeze(1)
+
+
+def restrict_to_sampled_set(scores: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """``(n, V)`` temperature-scaled logits with every token top-k / top-p would drop set to ``-inf`` (a new
+    tensor): the rule of the module docstring, shared by the transformers engine's sampler and
+    :func:`token_logprobs`, so both describe the same distribution."""
+    if top_k <= 0 and top_p >= 1.0:
+        return scores
+    return _restrict(scores.clone(), _nucleus_floor(scores, top_k, top_p))
+
+
+def _restrict(tile: torch.Tensor, floor: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+    """Set the logits below each row's floor to -inf, in place, except each row's target (kept in any case)."""
+    drop = tile < floor[:, None]  # (n, V)
+    if targets is not None:
+        drop.scatter_(1, targets[:, None], False)
+    return tile.masked_fill_(drop, float("-inf"))
+
+
 def _logits_tile(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  inv_temperature: float) -> torch.Tensor:
     """``(n, H) -> (n, V)`` float32 scaled logits ``(h W^T + b) / temperature``."""
@@ -61,29 +106,36 @@ def _logits_tile(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 class _LinearTokenLogProb(torch.autograd.Function):
-    """``out[i] = log_softmax((h_i W^T + b) / T)[target_i]`` for ``h: (N, H)``, chunked over rows."""
+    """``out[i] = log_softmax((h_i W^T + b) / T)[target_i]`` for ``h: (N, H)``, chunked over rows; with
+    ``top_k`` / ``top_p`` (optional trailing arguments) the softmax is over each row's kept set (module docstring)."""
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                targets: torch.Tensor, inv_temperature: float, rows: int) -> torch.Tensor:
+                targets: torch.Tensor, inv_temperature: float, rows: int, *processing: Any) -> torch.Tensor:
+        top_k, top_p = (tuple(processing) + (0, 1.0))[:2] if processing else (0, 1.0)
+        restricted = top_k > 0 or top_p < 1.0
         N = hidden.shape[0]
         out = torch.empty(N, dtype=torch.float32, device=hidden.device)  # (N,)
         lse = torch.empty(N, dtype=torch.float32, device=hidden.device)  # (N,)
+        floor = torch.full((N,), float("-inf"), dtype=torch.float32, device=hidden.device)  # (N,)
         for start in range(0, N, rows):
             end = min(start + rows, N)
             tile = _logits_tile(hidden[start:end], weight, bias, inv_temperature)  # (n, V), ours to overwrite
             target_logit = tile.gather(1, targets[start:end, None]).squeeze(1)  # (n,)
+            if restricted:
+                floor[start:end] = _nucleus_floor(tile, top_k, top_p)
+                _restrict(tile, floor[start:end], targets[start:end])
             # logsumexp in place on the tile: about 2x faster than torch.logsumexp on CPU, no extra (n, V) buffer.
             row_max = tile.amax(-1, keepdim=True)  # (n, 1)
             lse[start:end] = tile.sub_(row_max).exp_().sum(-1).log_().add_(row_max.squeeze(-1))
             out[start:end] = target_logit - lse[start:end]
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.inv_temperature, ctx.rows = inv_temperature, rows
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, floor)
+        ctx.inv_temperature, ctx.rows, ctx.restricted, ctx.extra = inv_temperature, rows, restricted, len(processing)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, floor = ctx.saved_tensors
         inv_t, rows = ctx.inv_temperature, ctx.rows
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
@@ -94,6 +146,8 @@ class _LinearTokenLogProb(torch.autograd.Function):
             end = min(start + rows, hidden.shape[0])
             g = grad_out[start:end]  # (n,)
             tile = _logits_tile(hidden[start:end], weight, bias, inv_t)  # (n, V)
+            if ctx.restricted:  # dropped tokens: -inf, so their softmax (and gradient) is 0
+                _restrict(tile, floor[start:end], targets[start:end])
             # d out / d s = onehot(target) - softmax(s); times g, times 1/T for d s / d z; all in place.
             tile.sub_(lse[start:end, None]).exp_().mul_(-g[:, None])
             tile.scatter_add_(1, targets[start:end, None], g[:, None])
@@ -113,6 +167,7 @@ class _LinearTokenLogProb(torch.autograd.Function):
             None,
             None,
             None,
+            *([None] * ctx.extra),
         )
 
 
@@ -182,7 +237,8 @@ def _plan_forwards(attention_mask: torch.Tensor, micro_batch_size: int | None,
 
 
 def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                score_mask: torch.Tensor, inv_temperature: float, chunk_bytes: int) -> torch.Tensor:
+                score_mask: torch.Tensor, inv_temperature: float, chunk_bytes: int,
+                processing: tuple[int, float] = (0, 1.0)) -> torch.Tensor:
     """``(b, L)`` log-probs at ``score_mask`` positions (0.0 elsewhere) of one forward's rows."""
     # Positions from the attention mask: left- and right-padded rows score the same tokens identically.
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (b, L)
@@ -194,6 +250,11 @@ def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        use_cache=False).logits  # (b, L, V)
         rows = logits[:, :-1][shifted].float() * inv_temperature  # (N, V)
+        if processing != (0, 1.0):
+            with torch.no_grad():
+                drop = rows < _nucleus_floor(rows, *processing)[:, None]
+                drop.scatter_(1, targets[:, None], False)
+            rows = rows.masked_fill(drop, float("-inf"))
         flat = rows.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
     else:
         backbone, head = fast
@@ -202,11 +263,14 @@ def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
         weight, bias = head.weight, head.bias
         hidden = hidden[:, :-1][shifted].to(weight.dtype)  # (N, H)
         rows_per_chunk = _rows_per_chunk(weight.shape[0], chunk_bytes)
+        if processing != (0, 1.0):  # the sort behind the kept set needs a values + an int64 index tile
+            rows_per_chunk = max(1, rows_per_chunk // 4)
         if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            flat = _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk)
+            flat = _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk,
+                                             *processing)
         else:
             flat = _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature,
-                                               rows_per_chunk)
+                                               rows_per_chunk, *processing)
     out = torch.zeros(select.shape, dtype=torch.float32, device=input_ids.device)
     # masked_scatter keeps the result connected to the graph (and works when nothing is scored).
     return out.masked_scatter(select, flat.float())
@@ -226,6 +290,8 @@ def token_logprobs(
     score_mask: torch.Tensor,
     *,
     temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
     micro_batch_size: int | None = None,
     max_tokens_per_forward: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -239,8 +305,10 @@ def token_logprobs(
         attention_mask: ``(B, S)`` 1 for real tokens.
         score_mask: ``(B, S)`` 1 where a log-prob is wanted (the policy mask); must be 0 on padding and on
             each row's first real token.
-        temperature: logits are divided by it before the softmax (match the sampler's if its log-probs are
-            post-temperature; vLLM's default log-probs are raw, i.e. temperature 1).
+        temperature / top_p / top_k: the sampler's settings: the log-prob is that of the distribution the
+            sampler draws from (logits divided by ``temperature``, then restricted to the top-k / top-p set; module
+            docstring). Match the engine's log-probs: ``logprobs_mode="processed"`` engines report exactly this;
+            "raw" ones report ``temperature=1, top_p=1, top_k=0``. ``top_k=0`` and ``top_p=1`` disable them.
         micro_batch_size: at most this many rows per backbone forward; None = no row limit.
         max_tokens_per_forward: at most ``rows * padded_width`` tokens per backbone forward; None = no limit.
             Rows go longest first and each forward is trimmed to its own longest row, so a limit also cuts
@@ -253,8 +321,13 @@ def token_logprobs(
         to the model's parameters when autograd is enabled (call under ``torch.no_grad()`` /
         ``torch.inference_mode()`` for a reference model).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0; got {temperature}.")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (log-probs of greedy decoding are not defined); got {temperature}.")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 disables it); got {top_p}.")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0 (0 disables it); got {top_k!r}.")
+    processing = (int(top_k), float(top_p))
     for name, limit in (("micro_batch_size", micro_batch_size), ("max_tokens_per_forward", max_tokens_per_forward)):
         if limit is not None and limit < 1:
             raise ValueError(f"{name} must be >= 1 or None; got {limit}.")
@@ -262,12 +335,12 @@ def token_logprobs(
     B, S = input_ids.shape
     plan = _plan_forwards(attention_mask, micro_batch_size, max_tokens_per_forward)
     if len(plan) == 1 and plan[0] == (list(range(B)), 0, S):  # one forward over the whole batch
-        return _score_rows(model, input_ids, attention_mask, score_mask, 1.0 / temperature, chunk_bytes)
+        return _score_rows(model, input_ids, attention_mask, score_mask, 1.0 / temperature, chunk_bytes, processing)
     parts, order = [], []
     for rows, lo, hi in plan:
         index = torch.tensor(rows, device=input_ids.device)
         part = _score_rows(model, input_ids[index, lo:hi], attention_mask[index, lo:hi], score_mask[index, lo:hi],
-                           1.0 / temperature, chunk_bytes)  # (b, hi - lo)
+                           1.0 / temperature, chunk_bytes, processing)  # (b, hi - lo)
         parts.append(torch.nn.functional.pad(part, (lo, S - hi)))
         order += rows
     out = torch.zeros(B, S, dtype=torch.float32, device=input_ids.device)

@@ -81,6 +81,8 @@ def record_checksum(record: Record) -> str:
         labels = (record.env_id, record.task_id, record.group_id, record.round, record.prompt_length,
                   [float(r) for r in record.rewards], [int(v) for v in record.versions], bool(record.terminated),
                   bool(record.truncated))
+        if record.turn_tokens is not None:  # (records written before the field existed verify as they were)
+            labels = (*labels, [int(n) for n in record.turn_tokens])
     for array in arrays:
         h.update(np.ascontiguousarray(array).tobytes())
         h.update(b"|")

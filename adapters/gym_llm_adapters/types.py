@@ -95,6 +95,10 @@ class Trajectory:
         versions: per-step engine versions.
         terminated / truncated: how the episode ended.
         steps: the per-step records.
+        turn_tokens: how many of the trajectory's policy tokens each step contributed, in step order
+            (``sum == policy_mask.sum()``; 0 for a step whose tokens were cut or restarted away). With
+            ``versions`` it says which policy version sampled each policy token
+            (:attr:`RolloutBatch.token_versions`). None in records written before it existed.
         token_exact: True when ``token_ids`` is exactly what the policy conditioned on and sampled at
             every turn (always in tokens mode). False when a text-mode env re-tokenised the conversation
             differently between turns: the sequence then restarts at that turn's observation and earlier
@@ -118,10 +122,24 @@ class Trajectory:
     token_exact: bool = True
     env_index: int = -1
     env_id: str = ""
+    turn_tokens: list[int] | None = None
 
     @property
     def reward(self) -> float:
         return float(sum(self.rewards))
+
+    def token_versions(self) -> np.ndarray:
+        """``(S,)`` int64: the policy version that sampled each token (-1 where ``policy_mask == 0``).
+
+        Uses :attr:`turn_tokens`; without it (old records) every policy token gets the oldest version."""
+        out = np.full(len(self.token_ids), -1, dtype=np.int64)
+        positions = np.flatnonzero(self.policy_mask)
+        if self.turn_tokens is not None and len(self.turn_tokens) == len(self.versions) \
+                and sum(self.turn_tokens) == len(positions):
+            out[positions] = np.repeat(np.asarray(self.versions, dtype=np.int64), self.turn_tokens)
+        else:
+            out[positions] = min(self.versions) if self.versions else -1
+        return out
 
     @property
     def num_policy_tokens(self) -> int:
@@ -142,6 +160,12 @@ class RolloutBatch:
             that contributed tokens to the episode).
         ref_logprobs: ``(B, S)`` float32 reference-model log-probs, once computed (else None).
         advantages: ``(B,)`` float32, once computed (else None).
+        token_versions: ``(B, S)`` int64, the policy version that sampled each policy token (-1 elsewhere):
+            the turns of a multi-turn episode that ran across a weight update were sampled by different
+            versions (:class:`~gym_llm_adapters.losses.GRPOLoss` treats tokens older than the trained version
+            as off-policy). None for batches built by hand.
+        truncated: ``(B,)`` bool, the episode was cut (length or turn limit) rather than finished; None for
+            batches built by hand.
     """
 
     input_ids: np.ndarray
@@ -155,6 +179,8 @@ class RolloutBatch:
     versions: np.ndarray
     ref_logprobs: np.ndarray | None = None
     advantages: np.ndarray | None = None
+    token_versions: np.ndarray | None = None
+    truncated: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -170,12 +196,14 @@ class RolloutBatch:
         attention_mask = np.zeros((B, S), dtype=np.int8)
         policy_mask = np.zeros((B, S), dtype=np.int8)
         logprobs = np.zeros((B, S), dtype=np.float32)
+        token_versions = np.full((B, S), -1, dtype=np.int64)
         for b, t in enumerate(trajectories):
             n = len(t.token_ids)
             input_ids[b, :n] = t.token_ids
             attention_mask[b, :n] = 1
             policy_mask[b, :n] = t.policy_mask
             logprobs[b, :n] = t.logprobs
+            token_versions[b, :n] = t.token_versions()
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -186,6 +214,8 @@ class RolloutBatch:
             task_ids=np.array([t.task_id for t in trajectories], dtype=np.int64),
             rounds=np.array([t.round for t in trajectories], dtype=np.int64),
             versions=np.array([min(t.versions) if t.versions else -1 for t in trajectories], dtype=np.int64),
+            token_versions=token_versions,
+            truncated=np.array([bool(t.truncated) for t in trajectories], dtype=bool),
         )
 
     def to_torch(self, device: Any = "cpu") -> dict[str, Any]:
@@ -194,7 +224,7 @@ class RolloutBatch:
 
         out: dict[str, Any] = {}
         for name in ("input_ids", "attention_mask", "policy_mask", "logprobs", "rewards", "group_ids",
-                     "task_ids", "rounds", "versions", "ref_logprobs", "advantages"):
+                     "task_ids", "rounds", "versions", "ref_logprobs", "advantages", "token_versions", "truncated"):
             value = getattr(self, name)
             if value is None:
                 continue

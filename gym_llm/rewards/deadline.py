@@ -229,7 +229,9 @@ class with_deadline:  # noqa: N801  (used like a function: reward_fn=with_deadli
     ``__main__``): the worker imports it. Its arguments and result are pickled. Past ``timeout_s`` the call raises
     :class:`DeadlineExceeded`, which the envs turn into reward 0 with ``info["reward_error"]`` (fail closed).
 
-    >>> env = gym.make("LLMChat-v0", reward_fn=with_deadline(my_package.rewards.judge, timeout_s=5.0))  # doctest: +SKIP
+    Example::
+
+        env = gym.make("LLMChat-v0", reward_fn=with_deadline(my_package.rewards.judge, timeout_s=5.0))
     """
 
     def __init__(self, fn: Any, timeout_s: float):

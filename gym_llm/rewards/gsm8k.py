@@ -66,6 +66,10 @@ _OPERATOR_RE = re.compile(r"\*|[+×·÷^√]|\\(?:times|cdot|div|sqrt|pm|mp|lor|
 _SIMPLE_ANSWER_RE = re.compile(r"(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?\.?|-(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 """One plain number, nothing else: such an answer keeps the one-answer rule without the full check."""
 _EMPHASIS_RE = re.compile(r"(\*\*|__|\*|_)(?=\S)(.+?)(?<=\S)\1")  # markdown **18**, *18*, __18__
+_HEDGE_RE = re.compile(
+    r"\b(?:approx\.?|or (?:more|less|so|fewer|above|below)|rounded|estimated?|maybe|perhaps|probably|possibly"
+    r"|likely|give or take|plus or minus|circa|ca\.|then again|or rather|on second thought)(?!\w)|(?<=\d)\s*-?ish\b", re.IGNORECASE)
+_MALFORMED_NUMBER_RE = re.compile(r"\d+(?:\.\d+){2,}|\d+(?:_+\d+)+")  # 18.0.0, 18_19: not one number
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +275,7 @@ def _final_segment(text: str) -> str:
     return text.rsplit("=", 1)[-1] if "=" in text else text
 
 
-def answer_problem(answer: str) -> str | None:
+def answer_problem(answer: str, *, later_sentences: bool = True) -> str | None:
     """Why an extracted final answer breaks the one-answer rule, or ``None`` if it keeps it.
 
     The rule (the same for every extraction method and for the numeric and math-verify paths): the answer's first
@@ -279,13 +283,23 @@ def answer_problem(answer: str) -> str | None:
     ``!= 18``, ``about 18``, ``> 18``), no operator (``18**2``, ``9^{9^{9}}``, ``\\sqrt{324}``, ``20 - 2``,
     ``19 \\lor 18``) and no unit multiplier (``18e3``, ``18k``, ``18 thousand``); a sign before a currency sign
     counts (``-$18`` is -18). Thousands separators, currency, ``%``, units and words around the number,
-    ``\\frac{a}{b}``, ``a/b`` and mixed numbers, ``\\boxed{}`` and ``\\text{}`` are fine.
+    ``\\frac{a}{b}``, ``a/b`` and mixed numbers, ``\\boxed{}`` and ``\\text{}`` are fine. Also wrong: a hedge
+    anywhere in the answer (``18 approx``, ``18ish``, ``18 or more``, ``18 (rounded)``, ``maybe``), something that is
+    not one number (``18.0.0``, ``18_19``), no number at all (``eighteen``: write it in digits), and — with
+    ``later_sentences`` (a ``####`` line or ``\\boxed{}``, which hold the answer alone) — a later sentence with a
+    different number (``18. Or 19.``). :func:`grade` adds the rules across the whole completion: every ``####`` line
+    (or every ``\\boxed{}``) states the same value, and no number follows the last ``####`` line that differs from
+    it.
 
     >>> answer_problem("$70,000"), answer_problem("18 or 19"), answer_problem("not 18")
     (None, 'several candidate numbers (18, 19)', 'a negation or comparison (not)')
     """
-    sentence = _SIGNED_CURRENCY_RE.sub("-", _first_sentence(_EMPHASIS_RE.sub(r"\2", _clean(answer))))
-    negation = _NEGATION_RE.search(sentence)
+    cleaned = _EMPHASIS_RE.sub(r"\2", _clean(_CALCULATOR_RE.sub("", answer)))
+    malformed = _MALFORMED_NUMBER_RE.search(cleaned)
+    if malformed:
+        return f"not one number ({malformed.group(0)})"
+    sentence = _SIGNED_CURRENCY_RE.sub("-", _first_sentence(cleaned))
+    negation = _NEGATION_RE.search(sentence) or _HEDGE_RE.search(cleaned)
     if negation:
         return f"a negation or comparison ({negation.group(0).strip()})"
     tail = sentence.rsplit("=", 1)[-1] if "=" in sentence else sentence
@@ -298,6 +312,53 @@ def answer_problem(answer: str) -> str | None:
     numbers = _NUMBER_RE.findall(tail)
     if len(numbers) > 1:
         return f"several candidate numbers ({', '.join(n.strip() for n in numbers[:4])})"
+    if not numbers:
+        return "no number (write the answer in digits)"
+    if not later_sentences:
+        return None
+    value = _to_fraction(numbers[0])
+    rest = cleaned[len(_first_sentence(cleaned)):]  # later sentences may repeat the answer, not change it
+    others = [n for n in _NUMBER_RE.findall(rest) if _to_fraction(n) != value]
+    if others:
+        return f"several candidate numbers ({numbers[0].strip()}, {', '.join(n.strip() for n in others[:3])})"
+    return None
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Every ``\\boxed{...}`` / ``\\fbox{...}`` content, braces matched."""
+    out, start = [], 0
+    while True:
+        match = re.compile(r"\\(?:boxed|fbox)\s*\{").search(text, start)
+        if match is None:
+            return out
+        depth, i = 1, match.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            return out
+        out.append(text[match.end(): i - 1])
+        start = i
+
+
+def _several_final_answers(completion: str, method: str, value: Fraction | None) -> str | None:
+    """The one-answer rule across the whole completion: every ``####`` line (or ``\\boxed{}``, when that is how
+    the answer was found) must state the same value, and text after the last ``####`` line may not add a number."""
+    if method == "####":
+        answers = [a.strip() for a in _HASHES_RE.findall(completion) if a.strip()]
+        last = list(_HASHES_RE.finditer(completion))[-1]
+        after = _CALCULATOR_RE.sub("", _clean(completion[last.end():]))
+        stray = [n for n in _NUMBER_RE.findall(after) if _to_fraction(n) != value]
+        if stray:
+            return f"another number after the final answer ({', '.join(n.strip() for n in stray[:3])})"
+    elif method == "boxed":
+        answers = [a.strip() for a in _boxed_contents(completion) if a.strip()]
+    else:
+        return None
+    values = {_plain_value(_signed(_final_segment(a))) for a in answers}
+    if len(values) > 1:
+        shown = ", ".join(a[:20] for a in dict.fromkeys(answers))
+        return f"several final answers ({shown})"
     return None
 
 
@@ -307,10 +368,8 @@ def _signed(text: str) -> str:
 
 def _equivalent(predicted: str, pred_value: Fraction | None, reference: str, timeout_s: float | None = None) -> bool:
     ref_value = _reference_value(reference)
-    if ref_value is not None and pred_value is not None:
-        return pred_value == ref_value
-    if ref_value is not None and _NUMBER_RE.search(_clean(predicted)):
-        return False  # a numeric reference and an answer holding a number that is not a plain value
+    if ref_value is not None:  # a numeric reference never reaches math-verify: the answer is one plain number or wrong
+        return pred_value is not None and pred_value == ref_value
     from gym_llm.rewards.deadline import DeadlineExceeded
 
     try:
@@ -356,14 +415,18 @@ def grade(completion: str, answer: str, *, timeout_s: float | None = None) -> GS
     extracted, method = extract_answer(completion)
     if extracted is None:
         return GSM8KGrade(False, None, reference, False, method)
+    numeric = _reference_value(reference) is not None
     if _SIMPLE_ANSWER_RE.fullmatch(extracted):  # the common case ("18", "$1,234.50", "-7"): keeps the rule as is
         problem, segment = None, extracted
     else:  # the rule is for numeric references (GSM8K's); a symbolic reference goes to math-verify as it is
-        problem = answer_problem(extracted) if _reference_value(reference) is not None else None
+        # a "####" line or a \boxed{} holds the answer alone; an answer statement may go on with its checking
+        problem = answer_problem(extracted, later_sentences=method in ("####", "boxed")) if numeric else None
         segment = _signed(_final_segment(extracted))
+    value = _plain_value(segment)
+    if problem is None and numeric:
+        problem = _several_final_answers(completion, method, value)
     if problem is not None:
         return GSM8KGrade(False, extracted, reference, False, method, problem=problem)
-    value = _plain_value(segment)
     try:
         correct = _equivalent(segment, value, reference, timeout_s)
         error = None

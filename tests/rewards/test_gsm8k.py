@@ -45,7 +45,8 @@ CASES = [
     ("First 3 + 4 = 7, then 7 * 2 = 14. So she has 14 marbles left.", "14", 1.0),
     ("First 3 + 4 = 7, then 7 * 2 = 14. So she has 14 marbles left.", "7", 0.0),
     ("The answer is 18. Checking: 18 + 2 = 20.", "18", 1.0),  # the statement wins over the last number
-    ("#### 18\nThe answer is 20", "18", 1.0),  # #### wins over a statement
+    ("#### 18\nThe answer is 20", "18", 0.0),  # two final answers: the one-answer rule (docs/verifiers.md)
+    ("#### 18\nThe answer is 18", "18", 1.0),  # the same answer twice is one answer
     ("I don't know.", "18", 0.0),
     ("", "18", 0.0),
     ("#### 1,000,000", "1000000", 1.0),

@@ -33,6 +33,11 @@ ADVERSARIAL = [
     ("18 million dollars", "multiplier"), ("18 x 10^3", "multiplier"), ("18**2", "operator"), ("18^2", "operator"),
     ("20 - 2", "operator"), ("17 + 1", "operator"), (r"\sqrt{324}", "operator"), ("9^{9^{9}}", "operator"),
     (r"19 \lor 18", "operator"), (r"18 \pm 1", "operator"), ("6*3", "operator"),
+    # hedges, answers that are not one number, a later sentence that changes the answer
+    ("18 approx", "negation"), ("18ish", "negation"), ("18 or more", "negation"), ("18 (rounded)", "negation"),
+    ("18, maybe", "negation"), ("probably 18", "negation"), ("18 give or take", "negation"),
+    ("18_19", "not one number"), ("18.0.0", "not one number"), ("18. Or maybe 19.", "negation"),
+    ("18. Then again, 19.", "negation"), ("x", "no number"), ("eighteen", "no number"),
 ]
 
 
@@ -42,6 +47,38 @@ def test_adversarial_final_answers_are_wrong_and_say_why(answer, kind):
     assert not g.correct and g.problem is not None and kind in g.problem, g
     assert not grade(rf"\boxed{{{answer}}}", "18").correct  # the same rule on every extraction path
     assert not grade(f"The answer is {answer}.", "18").correct
+
+
+@pytest.mark.parametrize("completion,kind", [
+    (f"{WORK}#### 17\n#### 18", "several final answers"), (f"{WORK}#### 18\n\n#### 17", "several final answers"),
+    (r"\boxed{17} and \boxed{18}", "several final answers"), (r"\boxed{18}, or \boxed{19}", "several final answers"),
+    (f"{WORK}#### 18\nor 19", "another number after"), (f"{WORK}#### 18\n\nQ2: 5 + 6 = 11", "another number after"),
+])
+def test_one_final_answer_across_the_completion(completion, kind):
+    g = grade(completion, "18")
+    assert not g.correct and g.problem is not None and kind in g.problem, g
+
+
+@pytest.mark.parametrize("completion", [f"{WORK}#### 18\n#### 18", f"{WORK}#### 18\nHope this helps!",
+                                        r"\boxed{18}, so the answer is \boxed{18}", f"{WORK}#### 18. She earns 18 dollars.",
+                                        f"{WORK}#### 18 <<9*2=18>>", "The answer is 18. Checking: 18 + 2 = 20."])
+def test_repeating_the_same_answer_is_one_answer(completion):
+    g = grade(completion, "18")
+    assert g.correct and g.problem is None, g
+
+
+@pytest.mark.parametrize("answer", ["(" * 3000 + ")" * 3000, r"\frac{" * 2000, "x", r"\sqrt{\sqrt{\sqrt{x}}}" * 50,
+                                    "{" * 5000, "eighteen"])
+def test_a_numeric_reference_never_reaches_math_verify(monkeypatch, answer):
+    """Answers without one plain number are wrong at once: no CAS call, no worker to stall or kill."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("math-verify was called for a numeric reference")
+
+    monkeypatch.setattr(gsm8k, "_math_verify_equal", forbidden)
+    start = time.perf_counter()
+    g = grade(f"{WORK}#### {answer}", "18")
+    assert not g.correct and g.error is None and time.perf_counter() - start < 0.5, g
+    assert not is_equivalent(answer, "18")
 
 
 @pytest.mark.parametrize("answer", ["-$18", "$-18", "−$18", "-18", r"-\$18"])

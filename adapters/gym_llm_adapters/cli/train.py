@@ -72,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--max-new-tokens", type=int, default=256, help="tokens per assistant turn (default: 256)")
     grpo.add_argument("--max-seq-len", type=int, default=2048, help="longest episode in tokens (default: 2048)")
     grpo.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
-    grpo.add_argument("--top-p", type=float, default=1.0)
+    grpo.add_argument("--top-p", type=float, default=1.0,
+                      help="nucleus sampling mass (default: 1.0 = off); the trainer's and reference's log-probs are "
+                           "those of the distribution sampled at this temperature and top-p")
     grpo.add_argument("--beta", type=float, default=0.0, help="KL-to-reference weight in the loss (default: 0)")
     grpo.add_argument("--epsilon", type=float, default=0.2, help="clip range (default: 0.2)")
     grpo.add_argument("--epsilon-high", type=float, default=None, help="upper clip range (DAPO: 0.28)")
@@ -82,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--importance-sampling", default="token_truncate",
                       choices=("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
                       help="engine/trainer log-prob mismatch correction (default: token_truncate)")
+    grpo.add_argument("--stale-tokens", choices=("behaviour_ratio", "mask", "ignore"), default="behaviour_ratio",
+                      help="turns sampled before a weight update (multi-turn episodes): ratio against the version "
+                           "that sampled them (default), leave them out, or treat as on-policy")
+    grpo.add_argument("--mask-truncated-completions", action="store_true",
+                      help="leave episodes cut by the length or turn limit out of the loss")
     grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
     grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
     sft = parser.add_argument_group("SFT (plain, or the GRPO warm-up)")
@@ -122,7 +129,8 @@ def config_from_args(args: argparse.Namespace):
         group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, max_seq_len=args.max_seq_len, beta=args.beta, epsilon=args.epsilon,
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
-        importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log,
+        importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
+        mask_truncated_completions=args.mask_truncated_completions,
         micro_batch_size=args.micro_batch_size, sft_data=args.sft_data, sft_batch_size=args.sft_batch_size,
         sft_examples=args.sft_examples, sft_min_reward=args.sft_min_reward, sft_top_k=args.sft_top_k,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_temperature=args.eval_temperature,

@@ -155,14 +155,10 @@ class HFEngine(EngineBase):
             processed = raw
         else:
             scores = logits / sampling.temperature
-            if sampling.top_k > 0 and sampling.top_k < scores.shape[-1]:
-                kth = torch.topk(scores, sampling.top_k, dim=-1).values[:, -1:]
-                scores = scores.masked_fill(scores < kth, float("-inf"))
-            if sampling.top_p < 1.0:
-                sorted_scores, order = scores.sort(dim=-1, descending=True)
-                cumulative = sorted_scores.softmax(-1).cumsum(-1)
-                drop = cumulative - sorted_scores.softmax(-1) >= sampling.top_p  # keep the first token always
-                scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+            if sampling.top_k > 0 or sampling.top_p < 1.0:  # the same kept set the trainer's log-probs use
+                from gym_llm_adapters.logprobs import restrict_to_sampled_set
+
+                scores = restrict_to_sampled_set(scores, top_k=sampling.top_k, top_p=sampling.top_p)
             processed = torch.log_softmax(scores, dim=-1)
             token = torch.multinomial(processed.exp(), 1, generator=generator).squeeze(-1)
         table = raw if self.logprobs_mode == "raw" else processed

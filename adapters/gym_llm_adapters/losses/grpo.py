@@ -42,6 +42,8 @@ __all__ = ["ImportanceSampling", "GRPOLossConfig", "GRPOLossOutput", "GRPOLoss",
 
 ImportanceSampling = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 _IS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+StaleTokens = Literal["behaviour_ratio", "mask", "ignore"]
+_STALE_MODES = ("behaviour_ratio", "mask", "ignore")
 
 
 KL_REFUSED = {
@@ -88,8 +90,10 @@ class GRPOLossConfig:
             same; TRL ``"bnpo"``, and ``"dapo"`` with ``num_items``), ``"sequence_mean"`` (every sequence
             weighs the same; TRL ``"grpo"``), ``"dr_grpo"`` (sum over tokens / ``(B * max_completion_length)``;
             TRL ``"dr_grpo"``) [``loss_type``].
-        max_completion_length: the Dr. GRPO constant; required when ``aggregation == "dr_grpo"``, ignored
-            otherwise [``max_completion_length``]. Must be >= 1.
+        max_completion_length: the Dr. GRPO constant: the most policy tokens one *row* (episode) can hold —
+            for a multi-turn episode all its turns together (e.g. ``min(max_turns * max_new_tokens,
+            max_seq_len)``), not one turn's budget; required when ``aggregation == "dr_grpo"``, ignored
+            otherwise [``max_completion_length``; single-turn TRL rows are one turn]. Must be >= 1.
         importance_sampling: correction for engine/trainer log-prob mismatch, from
             ``d_t = old_logp_t - engine_logp_t`` on policy tokens
             [``vllm_importance_sampling_correction`` + ``vllm_importance_sampling_mode``]:
@@ -101,6 +105,16 @@ class GRPOLossConfig:
             [``vllm_importance_sampling_clip_min``].
         importance_sampling_clip_max: ``C_max`` (default 3.0, TRL's); None means no upper bound
             [``vllm_importance_sampling_clip_max``]. Truncate modes need at least one bound.
+        stale_tokens: what to do with *stale* policy tokens — sampled by an older policy version than the one
+            being trained (``token_versions < current_version``: the early turns of a multi-turn episode that
+            ran across a weight update, or any asynchronous rollout). ``"behaviour_ratio"`` (default): their
+            ratio is taken against the policy that sampled them, ``ratio_t = exp(logp_t - engine_logp_t)``,
+            clipped like any ratio (PPO's off-policy correction; the engine's log-probs are the behaviour
+            policy's, so the engine/trainer weight of those tokens is 1); ``"mask"``: they leave the loss;
+            ``"ignore"``: treated as on-policy (biased; the behaviour before this option existed). Needs the
+            engine log-probs and token versions (``from_batch`` reads them); without them nothing is stale.
+        mask_truncated: episodes that were cut (length or turn limit) leave the loss entirely — their reward
+            says nothing about a finished answer [TRL ``mask_truncated_completions``].
     """
 
     epsilon: float = 0.2
@@ -115,6 +129,8 @@ class GRPOLossConfig:
     importance_sampling: ImportanceSampling = "none"
     importance_sampling_clip_min: float | None = None
     importance_sampling_clip_max: float | None = 3.0
+    stale_tokens: StaleTokens = "behaviour_ratio"
+    mask_truncated: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.epsilon < 1:
@@ -145,6 +161,8 @@ class GRPOLossConfig:
                 f"(the generation budget); got {self.max_completion_length}."
             )
         self._check_importance_sampling()
+        if self.stale_tokens not in _STALE_MODES:
+            raise ValueError(f"stale_tokens must be one of {_STALE_MODES}; got {self.stale_tokens!r}.")
 
     def _check_importance_sampling(self) -> None:
         mode, lo, hi = self.importance_sampling, self.importance_sampling_clip_min, self.importance_sampling_clip_max
@@ -214,6 +232,8 @@ class GRPOLossOutput:
         ratio_mean: masked token-mean of the policy ratio.
         is_weight_mean / is_weight_min / is_weight_max: importance-weight stats over policy tokens (None when
             ``importance_sampling == "none"``).
+        stale_fraction: fraction of the policy tokens (before any masking) that were stale (None when no
+            ``stale_mask`` was given).
     """
 
     loss: torch.Tensor
@@ -225,12 +245,13 @@ class GRPOLossOutput:
     is_weight_mean: torch.Tensor | None = None
     is_weight_min: torch.Tensor | None = None
     is_weight_max: torch.Tensor | None = None
+    stale_fraction: torch.Tensor | None = None
 
     def metrics(self, prefix: str = "grpo/") -> dict[str, float]:
         """Namespaced float metrics to log (one device sync per entry)."""
         out = {}
         for name in ("loss", "policy_loss", "kl", "clip_low_fraction", "clip_high_fraction", "ratio_mean",
-                     "is_weight_mean", "is_weight_min", "is_weight_max"):
+                     "is_weight_mean", "is_weight_min", "is_weight_max", "stale_fraction"):
             value = getattr(self, name)
             if value is not None:
                 out[prefix + name] = float(value.detach())
@@ -281,6 +302,8 @@ class GRPOLoss:
         engine_logprobs: torch.Tensor | None = None,
         ref_logprobs: torch.Tensor | None = None,
         num_items: float | torch.Tensor | None = None,
+        stale_mask: torch.Tensor | None = None,
+        truncated: torch.Tensor | None = None,
     ) -> GRPOLossOutput:
         """The loss for one (micro-)batch.
 
@@ -295,12 +318,32 @@ class GRPOLoss:
                 ``importance_sampling != "none"``.
             ref_logprobs: ``(B, S)`` reference log-probs; needed when ``beta > 0``.
             num_items: ``token_mean`` denominator override (policy tokens of the whole accumulated batch).
+            stale_mask: ``(B, S)`` bool, policy tokens sampled by an older policy version than the one trained
+                (see :attr:`GRPOLossConfig.stale_tokens`); None = none.
+            truncated: ``(B,)`` bool, episodes that were cut (used with ``mask_truncated``).
         """
         cfg = self.config
         self._check(logprobs, mask, advantages, old_logprobs, engine_logprobs, ref_logprobs)
         mask = mask.bool()
+        stats: dict[str, torch.Tensor | None] = {}
+        if cfg.mask_truncated and truncated is not None:
+            if tuple(truncated.shape) != (mask.shape[0],):
+                raise ValueError(f"truncated must have shape ({mask.shape[0]},); got {tuple(truncated.shape)}.")
+            mask = mask & ~truncated.bool().to(mask.device)[:, None]
         if old_logprobs is None:
             old_logprobs = logprobs.detach()
+        if stale_mask is not None and cfg.stale_tokens != "ignore":
+            check_token_tensor("stale_mask", stale_mask, logprobs.shape)
+            stale = stale_mask.bool() & mask
+            stats["stale_fraction"] = masked_mean(stale.float(), mask)
+            if cfg.stale_tokens == "mask":
+                mask = mask & ~stale
+            elif bool(stale.any()):
+                if engine_logprobs is None:
+                    raise ValueError("stale_tokens='behaviour_ratio' needs engine_logprobs (the behaviour policy's "
+                                     "log-probs of the stale tokens); pass them, or stale_tokens='mask'.")
+                behaviour = torch.nan_to_num(engine_logprobs, nan=0.0)
+                old_logprobs = torch.where(stale, behaviour, old_logprobs)
         adv = advantages.to(logprobs.dtype)
         adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # (B, 1) or (B, S)
         log_ratio = logprobs - old_logprobs  # (B, S)
@@ -310,7 +353,6 @@ class GRPOLoss:
         clipped = ratio.clamp(1 - cfg.epsilon, 1 + cfg.eps_high)
         unclipped = ratio if cfg.delta is None else ratio.clamp(max=cfg.delta)
         per_token = -torch.min(unclipped * adv, clipped * adv)
-        stats: dict[str, torch.Tensor | None] = {}
         if cfg.importance_sampling != "none":
             weights = importance_sampling_weights(
                 old_logprobs, engine_logprobs, mask, cfg.importance_sampling,
@@ -350,6 +392,17 @@ class GRPOLoss:
             values = weights.new_ones(1)
         return {"is_weight_mean": values.mean(), "is_weight_min": values.min(), "is_weight_max": values.max()}
 
+    def counted_tokens(self, batch: RolloutBatch, *, current_version: int | None = None) -> int:
+        """How many policy tokens of ``batch`` enter the loss (after ``mask_truncated`` and ``stale_tokens="mask"``):
+        the ``num_items`` to pass to every micro-batch's :meth:`from_batch` for a ``token_mean`` over the batch."""
+        mask = batch.policy_mask.astype(bool)
+        if self.config.mask_truncated and batch.truncated is not None:
+            mask = mask & ~batch.truncated.astype(bool)[:, None]
+        if self.config.stale_tokens == "mask" and batch.token_versions is not None and mask.any():
+            newest = int(batch.token_versions[batch.policy_mask.astype(bool)].max())
+            mask = mask & ~(batch.token_versions < (newest if current_version is None else current_version))
+        return int(mask.sum())
+
     def from_batch(
         self,
         logprobs: torch.Tensor,
@@ -357,20 +410,37 @@ class GRPOLoss:
         *,
         old_logprobs: torch.Tensor | None = None,
         num_items: float | torch.Tensor | None = None,
+        current_version: int | None = None,
     ) -> GRPOLossOutput:
         """The loss for a :class:`RolloutBatch` (or its :meth:`RolloutBatch.to_torch` dict).
 
         Reads ``policy_mask`` (mask), ``advantages`` (must be set, e.g. by
-        :class:`~gym_llm_adapters.losses.MCAdvantage`), ``logprobs`` (the engine's, for importance sampling)
-        and ``ref_logprobs`` (when ``beta > 0``, e.g. from :class:`~gym_llm_adapters.kl.ReferenceKL`).
+        :class:`~gym_llm_adapters.losses.MCAdvantage`), ``logprobs`` (the engine's, for importance sampling and
+        stale tokens), ``ref_logprobs`` (when ``beta > 0``, e.g. from :class:`~gym_llm_adapters.kl.ReferenceKL`),
+        ``token_versions`` and ``truncated`` (when present).
+
+        ``current_version`` is the policy version whose weights ``logprobs`` were computed with (the engine's
+        ``version`` since the last weight push); policy tokens with an older ``token_versions`` are stale. None:
+        the newest version in the batch.
         """
         tensors = batch.to_torch(logprobs.device) if isinstance(batch, RolloutBatch) else dict(batch)
         if tensors.get("advantages") is None:
             raise ValueError("batch.advantages is None: compute them first, e.g. batch = MCAdvantage()(batch).")
         if self.config.beta > 0 and tensors.get("ref_logprobs") is None:
             raise ValueError("beta > 0 needs batch.ref_logprobs: run ReferenceKL(ref_model).apply(batch) first.")
+        stale_mask = None
+        versions = tensors.get("token_versions")
+        if versions is not None:
+            versions = versions.to(logprobs.device)
+            policy = tensors["policy_mask"].to(logprobs.device).bool()
+            if current_version is None:
+                current_version = int(versions[policy].max()) if bool(policy.any()) else 0
+            stale_mask = policy & (versions < current_version)
+        truncated = tensors.get("truncated")
         return self(
             logprobs,
+            stale_mask=stale_mask,
+            truncated=None if truncated is None else truncated.to(logprobs.device),
             mask=tensors["policy_mask"].to(logprobs.device),
             advantages=tensors["advantages"].to(logprobs.device),
             old_logprobs=old_logprobs,

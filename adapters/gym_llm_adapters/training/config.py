@@ -58,7 +58,9 @@ class TrainConfig:
     GRPO:
         num_tasks / group_size: each step collects ``num_tasks * group_size`` episodes: ``num_tasks`` GRPO
             groups of ``group_size`` samples of one task (the vector env has that many sub-envs).
-        max_new_tokens / temperature / top_p: sampling of each assistant turn.
+        max_new_tokens / temperature / top_p: sampling of each assistant turn. The engine reports the log-probs
+            of that processed distribution, and the policy's and the reference's log-probs are computed for it
+            too, so ratio, KL and importance weights all refer to the policy actually sampled from.
         max_seq_len: the longest token sequence an episode may reach (prompt + all turns).
         beta: weight of the k3 KL-to-reference term in the loss (0 = none; the KL is still measured and
             logged when ``log_kl``). epsilon / epsilon_high: PPO clip range (``epsilon_high`` None = symmetric).
@@ -66,6 +68,11 @@ class TrainConfig:
         advantage_scale: ``"group"`` (GRPO), ``"batch"`` or ``"none"`` (Dr. GRPO).
         importance_sampling: engine/trainer log-prob mismatch correction (see
             :class:`~gym_llm_adapters.losses.GRPOLossConfig`); ``"token_truncate"`` by default.
+        stale_tokens: turns of a multi-turn episode sampled before a weight update are off-policy:
+            ``"behaviour_ratio"`` (ratio against the version that sampled them), ``"mask"`` or ``"ignore"``
+            (see :class:`~gym_llm_adapters.losses.GRPOLossConfig`).
+        mask_truncated_completions: leave episodes that hit the length or turn limit out of the loss (TRL's
+            option of the same name).
         log_kl: measure ``KL(policy || reference)`` every step with a frozen copy of the policy at the start
             of RL (costs one reference forward per step).
         micro_batch_size: sequences per forward/backward (gradient accumulation); None = the whole batch.
@@ -120,6 +127,8 @@ class TrainConfig:
     aggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] = "token_mean"
     advantage_scale: Literal["group", "batch", "none"] = "group"
     importance_sampling: str = "token_truncate"
+    stale_tokens: Literal["behaviour_ratio", "mask", "ignore"] = "behaviour_ratio"
+    mask_truncated_completions: bool = False
     log_kl: bool = True
     micro_batch_size: int | None = None
     sft_data: str = "references"

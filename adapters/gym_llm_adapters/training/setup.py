@@ -31,7 +31,8 @@ def vllm_available() -> bool:
 
 
 def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, seed: int = 0, version: int = 0,
-                 max_model_len: int | None = None, vllm_kwargs: Mapping[str, Any] | None = None) -> Any:
+                 max_model_len: int | None = None, vllm_kwargs: Mapping[str, Any] | None = None,
+                 logprobs_mode: str = "raw") -> Any:
     """An engine over the checkpoint at ``model_dir``.
 
     Args:
@@ -43,13 +44,16 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
         vllm_kwargs: more ``vllm.LLM`` arguments; they override the defaults chosen here (on CPU:
             ``enforce_eager=True``, a 256 MiB KV cache; on GPU: ``gpu_memory_utilization=0.3``, leaving the
             rest to the trainer).
+        logprobs_mode: ``"raw"`` or ``"processed"`` (the log-probs of the distribution sampled from, after
+            temperature / top-k / top-p; what the trainer uses).
     """
     if kind == "hf":
         import torch
 
         from gym_llm_adapters.engines import HFEngine
 
-        return HFEngine(str(model_dir), device=device, dtype=getattr(torch, dtype), version=version)
+        return HFEngine(str(model_dir), device=device, dtype=getattr(torch, dtype), version=version,
+                        logprobs_mode=logprobs_mode)
     if kind != "vllm":
         raise ValueError(f"engine must be 'vllm' or 'hf', got {kind!r}.")
     if not vllm_available():
@@ -68,7 +72,7 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
         options.update(gpu_memory_utilization=0.3)
     options.update(vllm_kwargs or {})
     logger.info("starting vLLM on %s (%s)", model_dir, ", ".join(f"{k}={v}" for k, v in options.items()))
-    return VLLMEngine(str(model_dir), seed=seed, version=version, **options)
+    return VLLMEngine(str(model_dir), seed=seed, version=version, logprobs_mode=logprobs_mode, **options)
 
 
 def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any, Any]:

@@ -123,7 +123,7 @@ class Trainer:
         self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=master_dtype(config.dtype))
         self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
                                    seed=config.seed, version=self.state.version, max_model_len=config.max_seq_len,
-                                   vllm_kwargs=config.vllm_kwargs)
+                                   vllm_kwargs=config.vllm_kwargs, logprobs_mode="processed")
         from gym_llm_adapters.weights import WeightSync
 
         self.sync = WeightSync(self.policy, self.engine)
@@ -192,13 +192,14 @@ class Trainer:
 
         from gym_llm_adapters.collector import Collector
         from gym_llm_adapters.engines import SamplingConfig
-        from gym_llm_adapters.kl import ReferenceKL
+        from gym_llm_adapters.kl import ReferenceKL, ReferenceKLConfig
         from gym_llm_adapters.losses import AdvantageConfig, GRPOLoss, GRPOLossConfig, MCAdvantage
 
         cfg = self.config
         self._push_if_stale()
-        if cfg.beta > 0 or cfg.log_kl:
-            self.reference = ReferenceKL(self._reference_model())
+        if cfg.beta > 0 or cfg.log_kl:  # scored under the same sampling distribution as the policy
+            self.reference = ReferenceKL(self._reference_model(), ReferenceKLConfig(
+                temperature=cfg.temperature, top_p=cfg.top_p))
         else:
             self.reference = None
         kwargs = {"task_assignment": "partition", **cfg.env_kwargs}
@@ -212,8 +213,16 @@ class Trainer:
         self.advantage = MCAdvantage(AdvantageConfig(scale=cfg.advantage_scale, group_size=cfg.group_size))
         self.loss_fn = GRPOLoss(GRPOLossConfig(
             beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, aggregation=cfg.aggregation,
-            max_completion_length=cfg.max_new_tokens if cfg.aggregation == "dr_grpo" else None,
-            importance_sampling=cfg.importance_sampling))
+            max_completion_length=self._episode_token_budget() if cfg.aggregation == "dr_grpo" else None,
+            importance_sampling=cfg.importance_sampling, stale_tokens=cfg.stale_tokens,
+            mask_truncated=cfg.mask_truncated_completions))
+
+    def _episode_token_budget(self) -> int:
+        """The most policy tokens one episode can hold: every turn's ``max_new_tokens``, within ``max_seq_len``
+        (the Dr. GRPO constant is per row, and a row is a whole episode)."""
+        chat = getattr(getattr(self.envs, "core", None), "extra", {}).get("chat")  # chat-style envs' ChatCore
+        turns = int(getattr(getattr(chat, "config", None), "max_turns", 1) or 1)
+        return min(turns * self.config.max_new_tokens, self.config.max_seq_len)
 
     def _reference_model(self) -> Any:
         """The frozen policy at the start of RL: saved once when RL follows an SFT warm-up (for resumes)."""
@@ -242,7 +251,7 @@ class Trainer:
         total, tokens = 0.0, int(batch.policy_mask.sum())
         for part, _ in self._micro_batches(batch):
             t = part.to_torch(self.device)
-            out = self._sft_loss.from_batch(self._logprobs(t), part, num_items=tokens)
+            out = self._sft_loss.from_batch(self._logprobs(t, sampled=False), part, num_items=tokens)
             out.loss.backward()
             total += float(out.loss.detach())
         lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
@@ -263,15 +272,25 @@ class Trainer:
         tokens = int(batch.policy_mask.sum())
         if self.reference is not None:
             metrics["train/kl"] = float(kl.kl.sum()) / max(tokens, 1)  # mean k3 KL per policy token
-        loss_total, clip_low, clip_high = 0.0, 0.0, 0.0
+        current = self.engine.version  # the weights the policy has now (pushed after every step)
+        counted = self.loss_fn.counted_tokens(batch, current_version=current)
+        loss_total, clip_low, clip_high, stale = 0.0, 0.0, 0.0, 0.0
+        log_ratio_sum, log_ratio_max = 0.0, 0.0
         for part, weight in self._micro_batches(batch):
             t = part.to_torch(self.device)
-            out = self.loss_fn.from_batch(self._logprobs(t), part, num_items=tokens)
+            logprobs = self._logprobs(t)
+            out = self.loss_fn.from_batch(logprobs, part, num_items=max(counted, 1), current_version=current)
             scale = 1.0 if cfg.aggregation == "token_mean" else weight
             (out.loss * scale).backward()
             loss_total += float(out.loss.detach()) * scale
             clip_low += float(out.clip_low_fraction) * weight
             clip_high += float(out.clip_high_fraction) * weight
+            stale += float(out.stale_fraction if out.stale_fraction is not None else 0.0) * weight
+            # trainer vs engine log-prob of the same sampled tokens (both for the processed distribution)
+            mask = t["policy_mask"]
+            diff = (logprobs.detach() - t["logprobs"])[mask].double()
+            log_ratio_sum += float(diff.sum())
+            log_ratio_max = max(log_ratio_max, float(diff.abs().max()) if diff.numel() else 0.0)
         lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
         grad_norm = self._optimizer_step()
         version = self.sync.push()
@@ -283,6 +302,8 @@ class Trainer:
             "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
             "train/pass_rate": float((rewards >= cfg.pass_threshold).mean()), "train/loss": loss_total,
             "train/clip_low_fraction": clip_low, "train/clip_high_fraction": clip_high,
+            "train/stale_fraction": stale, "train/engine_log_ratio_mean": log_ratio_sum / max(tokens, 1),
+            "train/engine_log_ratio_abs_max": log_ratio_max,
             "train/policy_tokens_mean": tokens / len(batch), "train/grad_norm": grad_norm,
             "train/lr": lr, "train/version": float(version),
             "collector/tokens_per_s": self.collector.stats.tokens_per_s,
@@ -298,12 +319,17 @@ class Trainer:
             rows = np.arange(start, min(start + size, len(batch)))
             yield (batch if len(rows) == len(batch) else select_rows(batch, rows)), len(rows) / len(batch)
 
-    def _logprobs(self, t: dict[str, Any]) -> Any:
+    def _logprobs(self, t: dict[str, Any], *, sampled: bool = True) -> Any:
+        """The policy's log-probs of the batch's policy tokens, with gradient: for RL, under the distribution the
+        engine sampled from (temperature, top-p; the engine reports the same processed log-probs); for SFT
+        (``sampled=False``), the model's own distribution."""
         from gym_llm_adapters.logprobs import token_logprobs
 
-        with autocast(self.device, self.config.dtype):
+        cfg = self.config
+        processing = {"temperature": cfg.temperature, "top_p": cfg.top_p} if sampled else {}
+        with autocast(self.device, cfg.dtype):
             return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
-                                  max_tokens_per_forward=8192)
+                                  max_tokens_per_forward=8192, **processing)
 
     def _optimizer_step(self) -> float:
         import torch
