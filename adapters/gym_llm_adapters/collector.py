@@ -22,11 +22,15 @@ results become :class:`~gym_llm_adapters.types.StepRecord` s. Finished episodes 
 * **Failures** (the policy per fault is in ``docs/collector.md``). Every completion is checked before any env
   sees it (:func:`~gym_llm_adapters.engines.validate.check_completions`): an engine that raises or returns a bad
   completion (:class:`~gym_llm_adapters.engines.validate.EngineOutputError`) costs the call, nothing is stepped,
-  and the collector goes on at the next call. A fault after the envs were stepped (an env or reward raising,
-  recording a step failing, Ctrl-C) leaves the collector's view and the envs' state apart: it then refuses every
-  call with the cause until :meth:`Collector.reset`, which drops the in-flight episodes; no partial or mislabelled
-  trajectory is ever returned. A failed write (``ENOSPC``, Ctrl-C) leaves nothing of the batch on disk and the
-  batch is kept: the next :meth:`next_batch` writes and returns it first.
+  and the collector goes on at the next call. A fault after a shard's envs were stepped (an env or its reward
+  raising, recording a step failing) is recovered from as the Ray collector recovers from a failed env worker, by
+  the same :class:`~gym_llm_adapters.faults.RestartBudget`: the shard restarts from a fresh reset with fresh group
+  ids, its in-flight episodes and the finished episodes of its incomplete groups are dropped (counted in
+  ``stats.episodes_dropped`` / ``episodes_orphaned``), one warning names the cause; past ``max_env_restarts`` per
+  shard, or on Ctrl-C, the collector refuses every call (naming the cause and the fix) until :meth:`reset`. No
+  partial or mislabelled trajectory is ever returned. A failed write (``ENOSPC``, Ctrl-C) leaves nothing of the
+  batch on disk and the batch is kept (:class:`~gym_llm_adapters.faults.HeldBatch`): the next :meth:`next_batch`
+  writes and returns it first.
 """
 
 from __future__ import annotations
@@ -46,12 +50,14 @@ from gym_llm_adapters.collector_stats import CollectorStats
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
 from gym_llm_adapters.engines.validate import check_completions
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
+from gym_llm_adapters.faults import CollectorBrokenError, HeldBatch, RestartBudget
 from gym_llm_adapters.rollout_io import RolloutWriter
 from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 
 __all__ = ["Collector", "CollectorStats"]
 
 logger = logging.getLogger(__name__)
+_RESTART_SEED_SHIFT = 1 << 40  # a restarted shard's seeds: far from every seed the run used before
 
 
 @dataclass(eq=False)
@@ -102,6 +108,8 @@ class Collector:
         tokenizer: for text-mode observations and decoded prompt text (default: ``engine.tokenizer``).
         record_prompt_text: decode the prompt into each step record's ``prompt_text`` in tokens mode
             (text mode always keeps the observation text).
+        max_env_restarts: restarts from a fresh reset allowed per env (shard) after its step or reward raised
+            (module docstring, "Failures"); 0 refuses at the first failure.
 
     Iterate it (``for batch in collector``) or call :meth:`next_batch`; a batch is a
     ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode). :meth:`run_episodes` instead
@@ -123,6 +131,7 @@ class Collector:
         max_batches: int | None = None,
         tokenizer: Any = None,
         record_prompt_text: bool = True,
+        max_env_restarts: int = 3,
     ):
         env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
         check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
@@ -151,6 +160,8 @@ class Collector:
         self.max_batches = max_batches
         self.record_prompt_text = record_prompt_text
         self.stats = CollectorStats()
+        self._faults = RestartBudget(max_env_restarts, unit="env shard", option="max_env_restarts", stats=self.stats)
+        self._next_group_offset = sum(s.num_envs // s.group_size for s in self._shards)
         self._executor = ThreadPoolExecutor(len(self._shards), thread_name_prefix="collector_env") if overlap else None
         if overlap and len(self._shards) < 2:
             logger.warning("overlap=True with one env has nothing to overlap; pass two or more envs (shards).")
@@ -159,7 +170,7 @@ class Collector:
         self._turn = 0
         self._started = False
         self._broken: BaseException | None = None
-        self._unwritten: list[Any] | None = None
+        self._held = HeldBatch()
         self._groups = GroupBuffer(self.group_size)
         self._steps: list[StepRecord] = []
         self._finished: dict[int, Trajectory] = {}
@@ -207,25 +218,54 @@ class Collector:
             if len(per_shard) != len(self._shards):
                 raise ValueError(f"options must be one dict or one per env ({len(self._shards)}), got {len(per_shard)}.")
         for shard, shard_options in zip(self._shards, per_shard):
-            if shard.future is not None:
-                shard.future.cancel()
-                try:
-                    shard.future.result()
-                except BaseException:  # the step is abandoned with the rest of the state
-                    pass
-                shard.future = shard.inflight = None
-            observations, infos = shard.env.reset(seed=None if self.seed is None else self.seed + shard.offset,
-                                                  options=None if shard_options is None else dict(shard_options))
-            shard.prompts, shard.texts = [None] * shard.num_envs, [""] * shard.num_envs
-            shard.builders = [None] * shard.num_envs
-            shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
-            for i in range(shard.num_envs):
-                self._start_episode(shard, i, obs_at(observations, i), info_at(infos, i))
+            self._reset_shard(shard, None if self.seed is None else self.seed + shard.offset, shard_options)
         self._groups = GroupBuffer(self.group_size)
         self._steps = []
         self._broken = None
+        self._faults.reset()
         self._started = True
         self._calls = self._turn = 0  # the same seed gives the same rollouts
+
+    def _reset_shard(self, shard: _Shard, seed: int | None, options: Mapping[str, Any] | None = None) -> None:
+        """Abandon the shard's in-flight step and episodes; reset its env and start every sub-env's episode."""
+        if shard.future is not None:
+            shard.future.cancel()
+            try:
+                shard.future.result()
+            except BaseException:  # the step is abandoned with the rest of the state
+                pass
+            shard.future = shard.inflight = None
+        observations, infos = shard.env.reset(seed=seed, options=None if options is None else dict(options))
+        shard.prompts, shard.texts = [None] * shard.num_envs, [""] * shard.num_envs
+        shard.builders = [None] * shard.num_envs
+        shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
+        for i in range(shard.num_envs):
+            self._start_episode(shard, i, obs_at(observations, i), info_at(infos, i))
+
+    def _failed(self, shard: _Shard, cause: BaseException) -> None:
+        """A fault after ``shard``'s envs were stepped: restart the shard (dropping what it had in flight) within the
+        restart budget, else refuse every call until :meth:`reset` (module docstring, "Failures")."""
+        if shard.idle is not None or not isinstance(cause, Exception):  # run_episodes, or Ctrl-C: no recovery
+            self._broken = cause
+            raise cause
+        index = self._shards.index(shard)
+        dropped = sum(b is not None for b in shard.builders)
+        first = shard.group_offset
+        last = first + shard.num_envs // shard.group_size
+        orphaned = self._groups.drop_open(lambda key: first <= key[0] < last) if self.mode == "episodes" else 0
+
+        def restart() -> None:
+            shard.group_offset = self._next_group_offset  # fresh ids: no clash with the dropped groups' rounds
+            self._next_group_offset += shard.num_envs // shard.group_size
+            restarts = self._faults.restarts.get(index, 0)
+            seed = None if self.seed is None else self.seed + shard.offset + restarts * _RESTART_SEED_SHIFT
+            self._reset_shard(shard, seed)
+
+        try:
+            self._faults.failed(index, cause, dropped=dropped, orphaned=orphaned, restart=restart)
+        except BaseException as e:  # refused (past the budget), or the reset itself failed
+            self._broken = e
+            raise
 
     # ---------------------------------------------------------------------------- batches
     def __iter__(self) -> Iterator[list[Trajectory] | list[StepRecord]]:
@@ -237,19 +277,15 @@ class Collector:
         self._check_not_broken()
         start = time.perf_counter()
         try:
-            if self._unwritten is not None:  # the last batch's write failed: it goes first, as it was
-                batch = self._unwritten
-            else:
+            batch = self._held.take()  # a batch whose write failed goes first, as it was
+            if batch is None:
                 if not self._started:
                     self.reset()
                 self._open_progress()
                 while not self._batch_ready():
                     self.advance()
                 batch = self._take_batch()
-            if self.writer is not None:
-                self._unwritten = batch  # held until it is on disk: a failed write (ENOSPC, Ctrl-C) loses nothing
-                self.writer.write(batch)
-                self._unwritten = None
+            self._held.write(self.writer, batch)  # held until it is on disk: a failed write loses nothing
             self.stats.batches += 1
             self._tick(len(batch))
             return batch
@@ -272,10 +308,12 @@ class Collector:
 
     def _check_not_broken(self) -> None:
         if self._broken is not None:
-            raise RuntimeError(
+            if isinstance(self._broken, CollectorBrokenError):
+                raise CollectorBrokenError(str(self._broken)) from self._broken
+            raise CollectorBrokenError(
                 f"An env step failed earlier ({type(self._broken).__name__}: {self._broken}); the envs' state is "
                 "unknown. Call collector.reset() to start over."
-            )
+            ) from self._broken
 
     def collect(self, num_batches: int) -> list[list[Trajectory] | list[StepRecord]]:
         """The next ``num_batches`` batches as a list."""
@@ -310,7 +348,13 @@ class Collector:
         trajectories = [self._finished[k] for k in sorted(self._finished)]
         self._finished = {}
         if self.writer is not None:
-            self.writer.write(trajectories)
+            try:
+                self.writer.write(trajectories)
+            except BaseException as e:  # nothing of them is on disk; the caller still gets them with the error
+                e.trajectories = trajectories  # type: ignore[attr-defined]
+                e.add_note(f"The {len(trajectories)} trajectories of this run_episodes() call were not written; they "
+                           "are on this exception's .trajectories.")
+                raise
         return trajectories
 
     def _batch_ready(self) -> bool:
@@ -328,12 +372,12 @@ class Collector:
     def _advance(self, shard: _Shard) -> None:
         """Absorb the shard's in-flight step (overlap), then generate and step it once."""
         if shard.future is not None:
-            result, inflight = self._wait(shard)
             try:
+                result, inflight = self._wait(shard)
                 self._absorb(shard, inflight, result)
             except BaseException as e:
-                self._broken = e
-                raise
+                self._failed(shard, e)
+                return
             if self._batch_ready():
                 return
         if shard.idle is not None and shard.idle.all():
@@ -348,17 +392,12 @@ class Collector:
             result = self._timed_step(shard.env, actions)
             self._absorb(shard, completions, result)
         except BaseException as e:  # the envs moved on: what the collector holds may not match them any more
-            self._broken = e
-            raise
+            self._failed(shard, e)
 
     def _wait(self, shard: _Shard) -> tuple[Any, dict[int, Completion]]:
         future, inflight = shard.future, shard.inflight
         shard.future = shard.inflight = None
-        try:
-            return future.result(), inflight
-        except BaseException as e:
-            self._broken = e
-            raise
+        return future.result(), inflight
 
     def _timed_step(self, env: VectorEnv, actions: Any) -> tuple[Any, float]:
         start = time.perf_counter()

@@ -10,7 +10,11 @@ __all__ = ["CollectorStats"]
 
 @dataclass
 class CollectorStats:
-    """Running totals of a :class:`~gym_llm_adapters.collector.Collector` (rates are over ``wall_s``, the time spent collecting)."""
+    """Running totals of a :class:`~gym_llm_adapters.collector.Collector` (rates are over ``wall_s``, the time spent collecting).
+
+    ``restarts``: env shards (local) or env workers (Ray) restarted after a failure; ``episodes_dropped``: in-flight
+    episodes they lost; ``episodes_orphaned``: finished episodes dropped because the rest of their group was lost
+    (see :mod:`gym_llm_adapters.faults`)."""
 
     batches: int = 0
     episodes: int = 0
@@ -21,6 +25,9 @@ class CollectorStats:
     generate_s: float = 0.0
     env_s: float = 0.0
     wall_s: float = 0.0
+    restarts: int = 0
+    episodes_dropped: int = 0
+    episodes_orphaned: int = 0
 
     @property
     def tokens_per_s(self) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -224,6 +224,12 @@ class GroupBuffer:
             out.extend(group)
             self.num_ready -= len(group)
         return out
+
+    def drop_open(self, which: Callable[[tuple[int, int]], bool]) -> int:
+        """Forget the incomplete groups whose ``(group_id, round)`` key ``which`` accepts (their other members will
+        never come: the sub-envs that ran them were restarted); returns how many finished episodes were dropped."""
+        keys = [key for key in self._open if which(key)]
+        return sum(len(self._open.pop(key)) for key in keys)
 
     @property
     def num_open(self) -> int:

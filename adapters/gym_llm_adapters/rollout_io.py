@@ -251,10 +251,21 @@ def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
     import pyarrow.parquet as pq
 
     for part in sorted(path.glob("part-*.parquet")):
-        for row in pq.read_table(part).to_pylist():
-            if row.get("kind") == "trajectory":
-                row["steps"] = json.loads(row["steps"])
-            yield record_from_dict(row)
+        try:
+            rows = pq.read_table(part).to_pylist()
+        except Exception as e:  # a torn or damaged part (parts are written to a temp name and renamed, so rare)
+            logger.warning("%s: dropping an unreadable part (%s: %s); the other parts are kept", part,
+                           type(e).__name__, e)
+            continue
+        for number, row in enumerate(rows, 1):
+            try:
+                if row.get("kind") == "trajectory":
+                    row["steps"] = json.loads(row["steps"])
+                record = record_from_dict(row)
+            except (CorruptRecordError, ValueError, KeyError, TypeError) as e:
+                logger.warning("%s: row %d: dropping a corrupt record (%s); the others are kept", part, number, e)
+                continue
+            yield record
 
 
 def _is_commit(line: bytes) -> bool:

@@ -167,7 +167,11 @@ class IFEvalHandler:
     def respond(self, episode: ChatEpisode, reply: Message) -> Response:
         data = episode.task.data
         text = _strip_thinking(reply.content) if self.strip_thinking else reply.content
-        result = self.scorer.evaluate(text, data["instruction_id_list"], data["kwargs"], data["prompt"])
+        try:
+            result = self.scorer.evaluate(text, data["instruction_id_list"], data["kwargs"], data["prompt"])
+        except Exception as e:  # past the scoring deadline, or the worker died: fail closed, the sub-env moves on
+            return Response(0.0, True, (), {"reward_error": f"{type(e).__name__}: {e}",
+                                            "num_instructions": len(data["instruction_id_list"])})
         reward = self.reward(result)
         info = {
             "prompt_strict": result.strict_all,

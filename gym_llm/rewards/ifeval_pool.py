@@ -1,36 +1,34 @@
-"""Parallel IFEval scoring: a process pool, because the checkers are pure Python.
+"""IFEval scoring in worker processes, under a hard deadline, optionally in parallel.
 
-The official checkers (regexes, NLTK tokenisation, ``langdetect``) hold the GIL, so scoring in
-threads does not run in parallel (measured in ``bench/ifeval.py``). :class:`IFEvalScorer` runs
-:func:`gym_llm.rewards.ifeval.evaluate` either inline (``num_workers=0``) or in a pool of worker
-processes; its :meth:`IFEvalScorer.evaluate` is thread-safe, so the vector env's ``respond`` threads
-each hand one sub-env's reply to a free process and wait for it.
-
-Workers are started with ``spawn`` (never ``fork``: the vector env has threads running, and forking a
-threaded process can deadlock), lazily on first use, and each runs :func:`~gym_llm.rewards.ifeval.prepare`
-once (~1-2 s: imports, punkt_tab, seeded ``langdetect``).
+The official checkers (regexes, NLTK tokenisation, ``langdetect``) are pure Python: they hold the GIL, so threads do
+not score in parallel (measured in ``bench/ifeval.py``), and nothing bounds how long one reply takes (a regex that
+backtracks on an adversarial reply would hang the step). So :class:`IFEvalScorer` sends every reply to a worker
+process of a :class:`~gym_llm.rewards.deadline.WorkerPool`: past ``timeout_s`` the worker is killed and the call raises
+:class:`~gym_llm.rewards.deadline.DeadlineExceeded` (the env grades the reply 0 with ``info["reward_error"]``); up to
+``max(1, num_workers)`` replies are scored at once (the vector env's ``respond`` threads each hand one sub-env's reply
+to a free worker). Workers are plain subprocesses (never ``fork``: the vector env has threads running), started on
+first use; each runs :func:`~gym_llm.rewards.ifeval.prepare` once when it starts (~1-2 s), outside any deadline. The
+hand-off costs ~40 µs per reply (a reply takes ~1.6 ms to score).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
-from gym_llm.rewards.ifeval import IFEvalResult, evaluate, prepare
+from gym_llm.rewards.ifeval import IFEvalResult, evaluate
 
-__all__ = ["IFEvalScorer"]
+__all__ = ["IFEvalScorer", "IFEVAL_TIMEOUT_S"]
 
 logger = logging.getLogger(__name__)
 
+IFEVAL_TIMEOUT_S = 10.0
+"""Deadline of scoring one reply (seconds); the checkers take milliseconds."""
+
 ScoreItem = tuple[str, Sequence[str], Sequence[Mapping[str, Any] | None], "str | None"]
 """``(response, instruction_id_list, kwargs, prompt)``."""
-
-
-def _init_worker() -> None:
-    prepare()
 
 
 def _evaluate_item(item: ScoreItem) -> IFEvalResult:
@@ -39,42 +37,42 @@ def _evaluate_item(item: ScoreItem) -> IFEvalResult:
 
 
 class IFEvalScorer:
-    """Scores replies with :func:`~gym_llm.rewards.ifeval.evaluate`, inline or in worker processes.
+    """Scores replies with :func:`~gym_llm.rewards.ifeval.evaluate` in deadline workers (module docstring).
 
     Args:
-        num_workers: worker processes; 0 scores in the calling thread.
-        mp_context: the multiprocessing start method for the workers (default ``"spawn"``).
+        num_workers: replies scored at once (each in a worker process of its own); 0 or 1: one at a time.
+        timeout_s: the deadline of one reply (default :data:`IFEVAL_TIMEOUT_S`); past it
+            :class:`~gym_llm.rewards.deadline.DeadlineExceeded`.
 
     Example:
         >>> scorer = IFEvalScorer(num_workers=0)
         >>> scorer.evaluate("no commas here", ["punctuation:no_comma"], [{}]).strict
         (True,)
+        >>> scorer.close()
     """
 
-    def __init__(self, num_workers: int = 0, *, mp_context: str = "spawn"):
+    def __init__(self, num_workers: int = 0, *, timeout_s: float | None = None):
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0 (0 scores inline), got {num_workers!r}.")
-        if mp_context not in multiprocessing.get_all_start_methods():
-            raise ValueError(
-                f"mp_context must be one of {multiprocessing.get_all_start_methods()}, got {mp_context!r}."
-            )
+            raise ValueError(f"num_workers must be an int >= 0 (0: one reply at a time), got {num_workers!r}.")
+        timeout_s = IFEVAL_TIMEOUT_S if timeout_s is None else timeout_s
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}.")
         self.num_workers = num_workers
-        self.mp_context = mp_context
-        self._pool: ProcessPoolExecutor | None = None
+        self.timeout_s = float(timeout_s)
+        self._slots = threading.BoundedSemaphore(max(1, num_workers))
+        self._pool: Any = None
         self._lock = threading.Lock()
         self._closed = False
 
-    def _get_pool(self) -> ProcessPoolExecutor:
+    def _get_pool(self) -> Any:
         with self._lock:
             if self._closed:
                 raise RuntimeError("This IFEvalScorer is closed; make a new one (or a new env).")
             if self._pool is None:
-                logger.info("Starting %d IFEval scoring processes (%s)", self.num_workers, self.mp_context)
-                self._pool = ProcessPoolExecutor(
-                    self.num_workers,
-                    mp_context=multiprocessing.get_context(self.mp_context),
-                    initializer=_init_worker,
-                )
+                from gym_llm.rewards.deadline import WorkerPool
+
+                self._pool = WorkerPool(preload=("gym_llm.rewards._ifeval_worker",),
+                                        max_idle=max(1, self.num_workers))
             return self._pool
 
     def evaluate(
@@ -84,19 +82,19 @@ class IFEvalScorer:
         kwargs: Sequence[Mapping[str, Any] | None] | None,
         prompt: str | None = None,
     ) -> IFEvalResult:
-        """Strict and loose results of one reply (thread-safe; blocks until scored)."""
-        if self.num_workers == 0:
-            return evaluate(response, instruction_id_list, kwargs, prompt=prompt)
+        """Strict and loose results of one reply (thread-safe; blocks until scored or past the deadline)."""
         item = (response, list(instruction_id_list), list(kwargs) if kwargs is not None else None, prompt)
-        return self._get_pool().submit(_evaluate_item, item).result()
+        pool = self._get_pool()
+        with self._slots:
+            return pool.call("gym_llm.rewards.ifeval_pool:_evaluate_item", item, timeout_s=self.timeout_s)
 
     def evaluate_many(self, items: Iterable[ScoreItem]) -> list[IFEvalResult]:
         """Results of many ``(response, instruction_id_list, kwargs, prompt)`` items, in order."""
         items = list(items)
-        if self.num_workers == 0 or len(items) < 2:
-            return [_evaluate_item(item) for item in items]
-        chunk = max(1, len(items) // (4 * self.num_workers))
-        return list(self._get_pool().map(_evaluate_item, items, chunksize=chunk))
+        if self.num_workers <= 1 or len(items) < 2:
+            return [self.evaluate(*item) for item in items]
+        with ThreadPoolExecutor(self.num_workers) as threads:
+            return list(threads.map(lambda item: self.evaluate(*item), items))
 
     def close(self) -> None:
         """Stop the worker processes (idempotent)."""
@@ -104,7 +102,7 @@ class IFEvalScorer:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.close()
 
     def __enter__(self) -> "IFEvalScorer":
         return self

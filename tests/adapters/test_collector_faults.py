@@ -2,11 +2,13 @@
 
 A fault at every call site — the engine (raises, or returns a completion with a log-prob short, an id outside the
 vocabulary, a NaN or positive log-prob, an unknown finish reason, another prompt's answer, too few completions), a
-sub-env's reward (raises, or Ctrl-C), the writer (ENOSPC, Ctrl-C, a killed process) — each on the first, a middle
-and the last sub-env. After each: every returned trajectory's reward, task and tokens match an independent re-score
-of that episode (the reward rule of these tasks, the task's own prompt text, the engine's log-probs recomputed on the
-trajectory), the rollout file reads back with no torn or mislabelled record, and the collector either produces the
-next correct batch or refuses with its named error until reset.
+sub-env's step (its reward raises, or Ctrl-C), the writer (ENOSPC, Ctrl-C, a killed process), the reference-KL model
+after a batch — each on the first, a middle and the last sub-env, with the transformers and the vLLM engine. After
+each: every returned trajectory's reward, task and tokens match an independent re-score of that episode (the reward
+rule of these tasks, which depends on the reply's text; the task's own prompt text; the engine's log-probs
+recomputed on the trajectory), the rollout file reads back with no torn or mislabelled record, and the collector
+either produces the next correct batch (recovered: the shard restarted, its in-flight episodes counted as dropped)
+or refuses with its named error until reset.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from gym_llm_adapters.engines.validate import EngineOutputError
 from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts, record_checksum
 from gym_llm_adapters.types import Trajectory
 
-# Episodes take 1 + len(follow_ups) turns; the reward of turn t is len(messages) = 2t.
+# Episodes take 1 + len(follow_ups) turns; the reward of turn t is len(messages) = 2t, plus a tenth of the reply's
+# length mod 5: a reward swapped between two episodes of the same task would not re-score.
 TASKS = [{"prompt": "Say hi.", "follow_ups": []},
          {"prompt": "Count to three.", "follow_ups": ["Again."]},
          {"prompt": "Name a colour.", "follow_ups": ["Another.", "One more."]}]
@@ -53,7 +56,28 @@ class RewardFault:
         if self.armed is not None and self.armed[0] in prompt and self.calls >= self.armed[2]:
             exc, self.armed = self.armed[1], None
             raise exc
-        return float(len(messages))
+        return expected_reward(len(messages) // 2, messages[-1].content)
+
+
+def expected_reward(turn: int, reply: str) -> float:
+    return 2.0 * turn + (len(reply) % 5) / 10
+
+
+def reply_text(tok, ids) -> str:
+    """The assistant message an env makes of sampled ids: their text, special tokens (the closing eos) left out."""
+    return tok.decode(ids.tolist(), skip_special_tokens=True)
+
+
+def fail_sub_env_once(collector, index: int, exc: BaseException) -> None:
+    """The next step of sub-env ``index`` raises ``exc`` while it responds (a reward or tool failing there)."""
+    [shard] = collector._shards
+    episode = shard.env.unwrapped.episodes[index]
+
+    def failing(reply):
+        del episode.respond  # once
+        raise exc
+
+    episode.respond = failing
 
 
 def chat_env(tok, reward):
@@ -114,8 +138,8 @@ def check_batch(batch: list[Trajectory], engine, tok) -> None:
     assert len(batch) == GROUP * 2 or len(batch) == GROUP
     for t in batch:
         task = TASKS[t.task_id]
-        expected = [2.0 * turn for turn in range(1, len(t.steps) + 1)]
-        assert len(t.steps) == 1 + len(task["follow_ups"]) and t.rewards == expected, (t.task_id, t.rewards)
+        expected = [expected_reward(turn, reply_text(tok, s.completion_ids)) for turn, s in enumerate(t.steps, 1)]
+        assert len(t.steps) == 1 + len(task["follow_ups"]) and t.rewards == pytest.approx(expected), (t.task_id, t.rewards)
         assert task["prompt"] in tok.decode(t.token_ids[: t.prompt_length].tolist())
         sampled = t.policy_mask.astype(bool)
         assert t.logprobs[sampled].tolist() == np.concatenate([s.logprobs for s in t.steps]).tolist()
@@ -187,29 +211,106 @@ def test_an_engine_that_raises_costs_the_call_only(setup, tiny_tok, hf_engine, p
     check_file(path, [first, second])
 
 
-@pytest.mark.parametrize("task_id", [0, 1, 2])
-@pytest.mark.parametrize("exc", [ValueError("reward model down"), KeyboardInterrupt()], ids=["raises", "ctrl-c"])
-def test_a_reward_fault_refuses_until_reset_then_collects_correctly(setup, tiny_tok, hf_engine, task_id, exc):
+@pytest.mark.parametrize("position", POSITIONS)
+def test_a_failing_sub_env_restarts_its_shard_and_drops_its_episodes(setup, tiny_tok, hf_engine, position, caplog):
     collector, engine, reward, writer, path = setup
     first = collector.next_batch()
-    reward.armed = (TASKS[task_id]["prompt"], exc, reward.calls + 1 + task_id)  # some step of a later batch
-    with pytest.raises(type(exc)):
-        for _ in range(6):
+    fail_sub_env_once(collector, POSITIONS[position], ValueError("reward model down"))
+    steps = collector.stats.env_steps
+    later = [collector.next_batch() for _ in range(3)]  # recovered: no exception reaches the caller
+    assert collector.stats.restarts == 1 and collector.stats.episodes_dropped == NUM_ENVS, collector.stats
+    warnings = [r for r in caplog.records if "restarted it from a fresh reset" in r.getMessage()]
+    assert len(warnings) == 1 and "ValueError: reward model down" in warnings[0].getMessage()
+    assert f"sub-env {POSITIONS[position]}" in warnings[0].getMessage()  # the env's note names the sub-env
+    assert collector.stats.env_steps > steps
+    for batch in (first, *later):
+        check_batch(batch, hf_engine, tiny_tok)
+    check_file(path, [first, *later])
+    groups = [(t.group_id, t.round) for batch in (first, *later) for t in batch]
+    assert len(set(groups)) == len(groups) // GROUP  # fresh group ids after the restart: no group mixes two runs
+
+
+def test_past_the_restart_budget_the_collector_refuses_until_reset(tmp_path, tiny_tok, hf_engine):
+    from gym_llm_adapters.faults import CollectorBrokenError
+
+    with RolloutWriter(tmp_path / "r.jsonl") as writer:
+        collector = Collector(chat_env(tiny_tok, RewardFault()), hf_engine, SAMPLING, episodes_per_batch=2 * GROUP,
+                              seed=0, writer=writer, max_env_restarts=1)
+        first = collector.next_batch()
+        fail_sub_env_once(collector, 0, ValueError("first"))
+        second = collector.next_batch()  # restart 1 of 1
+        fail_sub_env_once(collector, NUM_ENVS - 1, ValueError("second"))
+        with pytest.raises(CollectorBrokenError, match=r"ValueError: second.*after 1 restart.*max_env_restarts=1"):
+            for _ in range(4):
+                collector.next_batch()
+        kept = read_rollouts(tmp_path / "r.jsonl")
+        for call in (collector.next_batch, collector.advance):
+            with pytest.raises(CollectorBrokenError, match="max_env_restarts=1"):
+                call()
+        assert len(read_rollouts(tmp_path / "r.jsonl")) == len(kept)  # a refused call writes nothing
+        collector.reset()
+        after = collector.next_batch()
+    for batch in (first, second, after):
+        check_batch(batch, hf_engine, tiny_tok)
+    assert len(read_rollouts(tmp_path / "r.jsonl")) == len(kept) + len(after)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_ctrl_c_in_a_step_refuses_until_reset(setup, tiny_tok, hf_engine, position):
+    from gym_llm_adapters.faults import CollectorBrokenError
+
+    collector, engine, reward, writer, path = setup
+    first = collector.next_batch()
+    fail_sub_env_once(collector, POSITIONS[position], KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(4):
             collector.next_batch()
     kept = read_rollouts(path)
-    with pytest.raises(RuntimeError, match="Call collector.reset"):
+    with pytest.raises(CollectorBrokenError, match="Call collector.reset"):
         collector.next_batch()
-    with pytest.raises(RuntimeError, match="Call collector.reset"):
-        collector.advance()
-    assert len(read_rollouts(path)) == len(kept)  # a refused call writes nothing
+    assert collector.stats.restarts == 0 and len(read_rollouts(path)) == len(kept)
     collector.reset()
     after = collector.next_batch()
-    check_batch(after, hf_engine, tiny_tok)
+    for batch in (first, after):
+        check_batch(batch, hf_engine, tiny_tok)
     records = read_rollouts(path)
     assert len(records) == len(kept) + len(after)
     for got in records:  # every record on disk is a whole, correctly labelled trajectory
-        assert got.rewards == [2.0 * t for t in range(1, len(got.steps) + 1)]
-    check_batch(first, hf_engine, tiny_tok)
+        assert got.rewards == pytest.approx([expected_reward(turn, reply_text(tiny_tok, s.completion_ids))
+                                             for turn, s in enumerate(got.steps, 1)])
+
+
+def test_a_reference_kl_failure_writes_nothing_of_its_step_and_resumes(tmp_path):
+    """The built-in trainer writes a step's rollouts only after its loss and optimizer step: a reference model that
+    fails mid-run leaves the file with exactly the earlier steps' batches, and --resume goes on from the checkpoint."""
+    from gym_llm_adapters.training import TrainConfig, Trainer
+
+    cfg = TrainConfig(algorithm="grpo", env_id="LLMGSM8K-v0", model="tiny", out_dir=tmp_path / "run", engine="hf",
+                      device="cpu", env_kwargs={"source": "arithmetic", "max_operand": 9}, steps=4, num_tasks=2,
+                      group_size=2, max_new_tokens=8, max_seq_len=128, eval_every=0, eval_episodes=4, save_every=2,
+                      progress=False, learning_rate=1e-4)
+    with Trainer(cfg) as trainer:
+        real = None
+
+        def failing_reference(step, metrics):
+            nonlocal real
+            if step == 3 and "train/loss" in metrics:  # from step 4 on, the reference model fails
+                real = trainer.reference
+
+                class Broken:
+                    def __call__(self, batch):
+                        raise RuntimeError("reference model lost")
+
+                trainer.reference = Broken()
+
+        trainer.metrics.callbacks.append(failing_reference)
+        with pytest.raises(RuntimeError, match="reference model lost"):
+            trainer.run()
+    records = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert len(records) == 3 * 4  # steps 1-3, whole; nothing of step 4
+    with Trainer(cfg, resume=True) as trainer:
+        result = trainer.run()
+    assert result.steps == 4 and len(read_rollouts(cfg.out_dir / "rollouts.jsonl")) == 4 * 4
 
 
 @pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()],
@@ -293,18 +394,25 @@ def test_a_corrupt_record_is_dropped_with_its_line_and_the_rest_kept(tmp_path, c
     assert ":3: dropping a corrupt record" in caplog.text and ":5: dropping a corrupt record" in caplog.text
 
 
+@pytest.mark.slow
 def test_vllm_engine_faults_are_caught_the_same_way(tmp_path, tiny_tok, vllm_engine):
+    """Every engine fault at the first, a middle and the last sub-env, and a failing sub-env, with the vLLM engine."""
     reward = RewardFault()
     engine = FaultyEngine(vllm_engine)
+    returned = []
     with RolloutWriter(tmp_path / "v.jsonl") as writer:
         collector = Collector(chat_env(tiny_tok, reward), engine, SAMPLING, episodes_per_batch=2 * GROUP, seed=0,
                               writer=writer)
-        first = collector.next_batch()
-        for kind in ("short_logprobs", "another_prompts_answer"):
-            engine.fault = (kind, NUM_ENVS - 1)
-            with pytest.raises(EngineOutputError):
-                collector.next_batch()
-        second = collector.next_batch()
-    for batch in (first, second):
+        returned.append(collector.next_batch())
+        for kind in ENGINE_FAULTS:
+            for position in POSITIONS.values():
+                engine.fault = (kind, position)
+                with pytest.raises(EngineOutputError):
+                    collector.next_batch()
+        returned.append(collector.next_batch())
+        fail_sub_env_once(collector, NUM_ENVS // 2, ValueError("verifier crashed"))
+        returned += [collector.next_batch() for _ in range(2)]
+        assert collector.stats.restarts == 1
+    for batch in returned:
         check_batch(batch, vllm_engine, tiny_tok)
-    check_file(tmp_path / "v.jsonl", [first, second])
+    check_file(tmp_path / "v.jsonl", returned)

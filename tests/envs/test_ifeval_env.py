@@ -201,3 +201,23 @@ def test_random_replies_property(ifeval_file, replies, seed):
 
 
 _ENVS: dict = {}
+
+
+def test_scoring_runs_under_a_deadline_and_fails_closed(monkeypatch, ifeval_file):
+    """A reply whose scoring outlasts the deadline gets reward 0 with the reason; the worker is killed and the next
+    reply is scored normally."""
+    from gym_llm.rewards import ifeval_pool
+
+    monkeypatch.setattr(ifeval_pool, "IFEVAL_TIMEOUT_S", 1e-6)  # nothing can be scored that fast
+    env = LLMIFEvalEnv(data_files=str(ifeval_file))
+    try:
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step("Some reply.")
+        assert terminated and reward == 0.0 and "DeadlineExceeded" in info["reward_error"], info
+        env.reset(seed=1)  # the env goes on
+        _, reward, terminated, _, info = env.step("Another reply.")
+        assert terminated and reward == 0.0 and "DeadlineExceeded" in info["reward_error"], info
+    finally:
+        env.close()
+    with ifeval_pool.IFEvalScorer(timeout_s=30.0) as scorer:
+        assert scorer.evaluate("no commas here", ["punctuation:no_comma"], [{}]).strict == (True,)

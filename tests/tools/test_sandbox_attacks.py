@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -149,14 +150,54 @@ def _descendants(pid: int, tree: dict[int, list[int]]) -> int:
 LIVE_TOOLS: list = []  # every tool this module made (the fd count allows for their live sandboxes)
 
 
+def _orphans() -> list[str]:
+    """Processes nobody waits for that the sandbox machinery could have left: user-namespace helpers, and anything
+    running as a sandbox uid whose parent is init."""
+    from gym_llm.tools.sandbox.userns import ZYGOTE_UID
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uid, ppid = int(fields["Uid"].split()[1]), int(fields["PPid"])
+        if fields["State"].split()[0] in ("Z", "X") or not cmdline:  # dead, or being torn down right now
+            continue
+        if b"CLONE_NEWUSER = 0x10000000" in cmdline or (uid >= ZYGOTE_UID and ppid == 1):
+            found.append(f"{entry} uid={uid} {cmdline[:60]!r}")
+    return found
+
+
+def _cgroup_dirs() -> int:
+    """Sandbox cgroup directories of this process (one per live sandbox and controller; none once they are gone)."""
+    return sum(1 for root in Path("/sys/fs/cgroup").glob(f"*/gym-llm-{os.getpid()}") for child in root.iterdir()
+               if child.is_dir()) + len(list(Path("/sys/fs/cgroup").glob(f"gym-llm-{os.getpid()}/*/")))
+
+
 def host_state(tool) -> dict:
     # each live sandbox holds two host fds: its control socket and stderr pipe
     sandboxes = sum(live.pool.settled() for live in LIVE_TOOLS)
+    tmp = {p.name for p in Path(tempfile.gettempdir()).iterdir()
+           if p.name.startswith("gym_llm_scratch_") or _owner(p) >= 1_900_000_000}
     return {"sysctls": {name: Path("/proc/sys", name).read_text() for name in SYSCTLS
                         if Path("/proc/sys", name).exists()},
             "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
             "fds_per_sandbox": len(os.listdir("/proc/self/fd")) - 2 * sandboxes,
+            "cgroup_dirs": _cgroup_dirs(), "sandboxes": sandboxes,
+            "orphans": _orphans(), "tmp": tmp,
             "slab_kb": _meminfo_kb("Slab"), "rss_kb": int(Path("/proc/self/statm").read_text().split()[1]) * 4}
+
+
+def _owner(path: Path) -> int:
+    try:
+        return path.lstat().st_uid
+    except OSError:
+        return -1
 
 
 @pytest.fixture(autouse=True)
@@ -169,6 +210,13 @@ def host_unchanged(request, tool):
     assert after["sysctls"] == before["sysctls"], "a host sysctl changed"
     assert after["mounts"] == before["mounts"], "the host's mount table changed"
     assert after["fds_per_sandbox"] == before["fds_per_sandbox"], ("the host leaked file descriptors", before, after)
+    if after["orphans"]:  # a sandbox killed a moment ago may still be on its way out
+        time.sleep(1.0)
+        after["orphans"] = _orphans()
+    assert after["orphans"] == [], ("processes left behind", after["orphans"])
+    assert after["tmp"] <= before["tmp"], ("files left in the host's temp dir", after["tmp"] - before["tmp"])
+    # at most one directory per live sandbox and controller (memory, pids)
+    assert after["cgroup_dirs"] <= 2 * after["sandboxes"], ("cgroups left behind", after)
     assert after["slab_kb"] - before["slab_kb"] < 48 << 10, "kernel slab grew by more than 48 MiB"
     assert after["rss_kb"] - before["rss_kb"] < 64 << 10, "the host process grew by more than 64 MiB"
     tree = _children()
@@ -204,6 +252,22 @@ print("PROC", os.listdir("/proc"), "SYS", os.path.exists("/sys"))
     assert call["status"] == "ok" and "WROTE" not in content, content
     assert "PROC [] SYS False" in content  # no procfs, no sysfs: nothing of the host kernel to read or write
     assert_next_episode_works(env)
+
+
+def test_the_sandbox_namespaces_are_owned_by_the_sandbox_uid(env):
+    """Per-user kernel counts are charged up the chain of user-namespace owners: on a root host the chain ends at the
+    unprivileged sandbox uid, not at host root (an unprivileged host's sandbox is its own user anyway)."""
+    import fcntl
+    import struct
+
+    from gym_llm.tools.sandbox import userns
+
+    if os.geteuid() != 0:
+        assert userns.NAMESPACE_OWNER is None  # no namespaces of the package's: bubblewrap makes its own
+        return
+    u1, _ = userns.root_namespaces()
+    owner = struct.unpack("I", fcntl.ioctl(u1, 0xB704, b"\0" * 4))[0]  # NS_GET_OWNER_UID
+    assert owner == userns.NAMESPACE_OWNER == userns.ZYGOTE_UID
 
 
 def test_no_capability_and_no_way_back_to_root(env):
@@ -506,6 +570,93 @@ for attempt in ("memfd", "shared_anonymous", "dev_shm"):
     content, call = run(resource_env, code)
     assert call["status"] == "ok" and "HELD" not in content, content
     assert before - _meminfo_kb("MemAvailable") < 256 << 10
+    assert_next_episode_works(resource_env)
+
+
+def _host_root_can(probe: str) -> bool:
+    """Whether this (root or unprivileged) host process can still take one of the per-user kernel resources."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if probe == "inotify":
+        fd = libc.inotify_init1(0)
+        if fd >= 0:
+            os.close(fd)
+        return fd >= 0
+    timer = ctypes.c_void_p()
+    ok = libc.timer_create(1, None, ctypes.byref(timer)) == 0  # CLOCK_MONOTONIC; a pending-signal count holder
+    if ok:
+        libc.timer_delete(timer)
+    return ok
+
+
+PER_USER_FLOODS = {
+    "inotify": "import ctypes, time\nl = ctypes.CDLL(None, use_errno=True)\n"
+               "fds = [l.inotify_init1(0) for _ in range(300)]\nprint('inotify', sum(f >= 0 for f in fds), "
+               "ctypes.get_errno())\ntime.sleep(1.5)",
+    "signals": "import ctypes, signal, time\nl = ctypes.CDLL(None, use_errno=True)\n"
+               "signal.signal(signal.SIGRTMIN, lambda *a: None)\n"
+               "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\nn = 0\n"
+               "while n < 200000 and l.sigqueue(1, signal.SIGRTMIN, 0) == 0:\n    n += 1\n"
+               "print('queued', n)\ntime.sleep(1.5)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PER_USER_FLOODS))
+def test_per_user_kernel_counts_are_not_the_hosts(env, kind):
+    """inotify instances and queued signals are counted per user up the chain of user-namespace owners: an episode
+    that holds as many as it can leaves the host process (root here) its own (the namespaces are owned by the
+    sandbox uid, inotify is refused, RLIMIT_SIGPENDING is small)."""
+    import threading
+
+    probe = "inotify" if kind == "inotify" else "signals"
+    seen: list[bool] = []
+    timer = threading.Timer(0.8, lambda: seen.append(_host_root_can(probe)))
+    timer.start()
+    content, call = run(env, PER_USER_FLOODS[kind])
+    timer.join()
+    assert call["status"] == "ok", content
+    if kind == "inotify":
+        assert content.startswith("inotify 0 "), content  # refused outright
+    else:
+        assert int(content.split()[1]) <= 64, content  # RLIMIT_SIGPENDING
+    assert seen == [True], "the host process could not get its own " + probe
+    assert_next_episode_works(env)
+
+
+def test_socket_buffers_and_ptys_take_no_kernel_memory_outside_the_limits(resource_env):
+    """Socket buffers (kernel memory a memory cgroup would count, but not RLIMIT_AS) cannot be enlarged, and there are
+    no ptys to take from the host-wide pool."""
+    code = """
+import os, socket
+pairs, refused = [], 0
+for _ in range(60):
+    a, b = socket.socketpair()
+    pairs.append((a, b))
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF, 32, 33):
+        try:
+            a.setsockopt(socket.SOL_SOCKET, option, 64 << 20)
+        except OSError:
+            refused += 1
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+print("refused", refused)
+for path in ("/dev/ptmx", "/dev/pts/ptmx"):
+    try:
+        os.open(path, os.O_RDWR)
+        print("PTY", path)
+    except OSError as e:
+        print("no pty", type(e).__name__)
+"""
+    before = _meminfo_kb("MemAvailable")
+    content, call = run(resource_env, code)
+    assert call["status"] == "ok" and "refused 240" in content and "PTY" not in content, content
+    assert before - _meminfo_kb("MemAvailable") < 192 << 10, "socket buffers held more than 192 MiB"
     assert_next_episode_works(resource_env)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,8 @@ pytestmark = pytest.mark.slow
 
 
 def _command(out_dir: Path) -> tuple[list[str], dict[str, str], Path]:
-    home = Path(tempfile.mkdtemp(prefix="gym-llm-unprivileged-"))
+    home = out_dir / "home"  # inside the job's folder, which the session removes: nothing is left in /tmp
+    home.mkdir()
     out_dir.chmod(0o777)  # the unprivileged pass writes its pytest temp dirs here
     home.chmod(0o777)
     pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(out_dir / "t"),
@@ -35,7 +35,7 @@ def _command(out_dir: Path) -> tuple[list[str], dict[str, str], Path]:
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters")]), "OMP_NUM_THREADS": "1"}
     if os.geteuid() != 0:  # already unprivileged: the pass is the same user in a fresh process
         return pytest_argv, env, REPO
-    return unprivileged.command(pytest_argv, needed=[str(REPO), sys.prefix]), env, REPO
+    return unprivileged.command(pytest_argv, needed=[str(REPO), sys.prefix], stash=str(out_dir / "stash")), env, REPO
 
 
 background.register("test_security_suite_holds_as_an_unprivileged_user", _command)

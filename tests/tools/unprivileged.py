@@ -28,8 +28,9 @@ def _blocked(path: Path) -> tuple[Path, str] | None:
     return None
 
 
-def command(argv: list[str], needed: list[str]) -> list[str]:
-    """``argv`` run as uid/gid 65534; ``needed``: paths the command must reach (interpreter, checkout, venv)."""
+def command(argv: list[str], needed: list[str], stash: str) -> list[str]:
+    """``argv`` run as uid/gid 65534; ``needed``: paths the command must reach (interpreter, checkout, venv);
+    ``stash``: a new directory the bind mounts are staged in (the caller removes it afterwards)."""
     covers: dict[Path, set[str]] = {}
     for path in [os.path.realpath(sys.executable), *needed]:
         blocked = _blocked(Path(path))
@@ -39,7 +40,7 @@ def command(argv: list[str], needed: list[str]) -> list[str]:
             "--bounding-set=-all", "--"]
     if not covers:
         return drop + argv
-    script = ["set -e", 'stash=$(mktemp -d)']
+    script = ["set -e", f"stash={shlex.quote(stash)}", 'mkdir -p "$stash"']
     for index, (directory, entries) in enumerate(sorted(covers.items())):
         for entry in sorted(entries):
             source = shlex.quote(str(directory / entry))

@@ -47,7 +47,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 from gym_llm_adapters.collector import CollectorStats
 from gym_llm_adapters.engines.base import SamplingConfig
+from gym_llm_adapters.engines.validate import EngineOutputError
 from gym_llm_adapters.episodes import GroupBuffer
+from gym_llm_adapters.faults import HeldBatch, RestartBudget, root_cause
 from gym_llm_adapters.ray.engines import EngineGroup
 from gym_llm_adapters.ray.specs import (EngineCallError, EngineDiedError, EngineSpec, EngineUnavailableError,
                                         EnvSpec, EnvWorkerDiedError, require_ray)
@@ -61,22 +63,6 @@ logger = logging.getLogger(__name__)
 _RESTART_SEED_SHIFT = 1 << 40  # a replacement worker's seeds: far from every seed the run used before
 
 
-def root_cause(exc: BaseException, limit: int = 600) -> str:
-    """What actually went wrong in a worker, for a log line: the exception the worker raised (Ray wraps it in a
-    ``RayTaskError`` whose text starts with a long ``ray::Actor.method() (pid=..., ip=...)`` header), as
-    ``Type: message``, its last line if the message is a traceback."""
-    root = exc
-    while isinstance(getattr(root, "cause", None), BaseException) and root.cause is not root:
-        root = root.cause
-    text = str(root).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) > 1 and root is exc:  # a wrapped traceback: its last line names the error
-        text = lines[-1].strip()
-    name = type(root).__name__
-    text = text if text.startswith(name) else f"{name}: {text}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 @dataclass
 class RayCollectorStats(CollectorStats):
     """:class:`~gym_llm_adapters.collector.CollectorStats` summed over the workers, plus failure counters.
@@ -86,8 +72,6 @@ class RayCollectorStats(CollectorStats):
 
     worker_restarts: int = 0
     engine_restarts: int = 0
-    episodes_dropped: int = 0
-    episodes_orphaned: int = 0
 
 
 @dataclass(eq=False)
@@ -171,6 +155,10 @@ class RayCollector:
         self.max_worker_restarts, self.worker_timeout_s = max_worker_restarts, worker_timeout_s
         self.start_timeout_s = float(start_timeout_s)
         self.stats = RayCollectorStats()
+        # the local Collector's failure policy, with an env worker as the unit (gym_llm_adapters.faults)
+        self._faults = RestartBudget(max_worker_restarts, unit="env worker", option="max_worker_restarts",
+                                     stats=self.stats)
+        self._held = HeldBatch()
         self._slots: list[_WorkerSlot] = []
         self._ready: collections.deque[list[Trajectory]] = collections.deque()
         self._num_ready = 0
@@ -269,28 +257,26 @@ class RayCollector:
         import ray
 
         dropped, orphaned = slot.inflight, slot.groups.num_open
-        self.stats.episodes_dropped += dropped
-        self.stats.episodes_orphaned += orphaned
         with contextlib.suppress(Exception):
             ray.kill(slot.actor, no_restart=True)
         slot.ref, slot.inflight = None, 0
         slot.groups = GroupBuffer(self.group_size, queue=False)
-        if slot.restarts >= self.max_worker_restarts:
-            self._broken = EnvWorkerDiedError(
-                f"Env worker {slot.index} failed ({root_cause(cause)}) after {slot.restarts} restart(s); "
-                f"max_worker_restarts={self.max_worker_restarts}. Fix the env (see the worker's log) or allow more "
-                "restarts.")
+
+        def restart() -> None:
+            slot.restarts += 1
+            self.stats.worker_restarts += 1
+            slot.group_offset = self._next_group_offset  # fresh group ids: no clash with the dead worker's groups
+            self._next_group_offset += slot.num_envs // self.group_size
+            slot.actor = self._worker_cls.remote()
+            slot.actor.build.remote(self.env_spec)  # start() raises what build() raised
+            self._submit_start(slot, incarnation=slot.restarts)
+
+        try:
+            self._faults.failed(slot.index, cause if isinstance(cause, Exception) else RuntimeError(str(cause)),
+                                dropped=dropped, orphaned=orphaned, restart=restart)
+        except Exception as refused:
+            self._broken = EnvWorkerDiedError(str(refused))
             raise self._broken from cause
-        slot.restarts += 1
-        self.stats.worker_restarts += 1
-        logger.warning("Env worker %d failed (%s); restarting it (%d/%d). Dropped %d in-flight episode(s) and "
-                       "%d finished episode(s) of incomplete groups.", slot.index, root_cause(cause),
-                       slot.restarts, self.max_worker_restarts, dropped, orphaned)
-        slot.group_offset = self._next_group_offset  # fresh group ids: no clash with the dead worker's groups
-        self._next_group_offset += slot.num_envs // self.group_size
-        slot.actor = self._worker_cls.remote()
-        slot.actor.build.remote(self.env_spec)  # start() raises what build() raised
-        self._submit_start(slot, incarnation=slot.restarts)
 
     # ------------------------------------------------------------------------------ batches
     def __iter__(self) -> Iterator[list[Trajectory] | list[StepRecord]]:
@@ -306,11 +292,12 @@ class RayCollector:
                                f"({type(self._broken).__name__}: {self._broken}). Make a new RayCollector.")
         start = time.perf_counter()
         try:
-            while not self._batch_ready():
-                self._pump()
-            batch = self._take_batch()
-            if self.writer is not None:
-                self.writer.write(batch)
+            batch = self._held.take()  # a batch whose write failed goes first, as it was
+            if batch is None:
+                while not self._batch_ready():
+                    self._pump()
+                batch = self._take_batch()
+            self._held.write(self.writer, batch)  # held until it is on disk: a failed write loses nothing
             self.stats.batches += 1
             return batch
         finally:
@@ -359,6 +346,9 @@ class RayCollector:
             self._engine_died(slot, e)
         except EngineCallError as e:  # the worker is intact; it is resubmitted on the next call
             raise EngineCallError(str(getattr(e, "cause", None) or e)) from None
+        except EngineOutputError as e:  # checked before any env step: the worker is intact, as in a local Collector
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, EngineOutputError) else e) from None
         except Exception as e:  # the worker died, or its env raised
             self._restart_worker(slot, e)
         else:

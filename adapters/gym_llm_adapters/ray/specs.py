@@ -9,6 +9,8 @@ with them; factories and reward functions defined in a script's ``__main__`` are
 
 from __future__ import annotations
 
+from gym_llm_adapters.faults import CollectorBrokenError
+
 import importlib
 from typing import Any, Callable
 
@@ -149,5 +151,5 @@ class EngineDiedError(RuntimeError):
     be restored)."""
 
 
-class EnvWorkerDiedError(RuntimeError):
+class EnvWorkerDiedError(CollectorBrokenError):
     """An env worker failed more often than ``max_worker_restarts`` allows."""

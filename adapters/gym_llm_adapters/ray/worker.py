@@ -64,8 +64,10 @@ class _WorkerCollector(Collector):
     def __init__(self, env: Any, engine: RemoteEngine, sampling: SamplingConfig, *, want: Literal["episodes", "steps"],
                  seed: int | None, seed_stride: int, env_offset: int, group_offset: int, tokenizer: Any,
                  record_prompt_text: bool):
+        # max_env_restarts=0: a failed env step leaves the worker; the RayCollector restarts the whole worker with
+        # the same RestartBudget (gym_llm_adapters.faults) a local Collector uses for a shard
         super().__init__(env, engine, sampling, steps_per_batch=1, seed=seed, tokenizer=tokenizer,
-                         record_prompt_text=record_prompt_text)
+                         record_prompt_text=record_prompt_text, max_env_restarts=0)
         self._seed_stride = seed_stride  # generate call j of worker k seeds like call j*K + k of a local collector
         self.want, self.env_offset, self.group_offset = want, env_offset, group_offset
         self.outbox: list[Any] = []

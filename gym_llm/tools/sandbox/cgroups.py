@@ -129,11 +129,12 @@ class SandboxCgroup:
             raise ValueError("no usable cgroups: " + support.reason)
         self.version = support.version
         self.dirs: dict[str, Path] = {}
-        for key, parent in support.parents.items():
-            owner = self._owner_dir(key, parent)
-            path = owner / name
-            path.mkdir()
-            self.dirs[key] = path
+        with self._lock:  # an owner dir is removed when its last sandbox goes: make ours under the same lock
+            for key, parent in support.parents.items():
+                owner = self._owner_dir(key, parent)
+                path = owner / name
+                path.mkdir()
+                self.dirs[key] = path
         if self.version == 2:
             self._write("unified", "pids.max", str(max_tasks))
         else:
@@ -141,18 +142,19 @@ class SandboxCgroup:
 
     @classmethod
     def _owner_dir(cls, key: str, parent: Path) -> Path:
-        """This process's directory of sandbox cgroups under ``parent`` (made once; stale ones of dead processes go)."""
-        with cls._lock:
-            cached = cls._pool_dirs.get(key)
-            if cached is not None and cached.parent == parent and cached.name == f"{_PREFIX}{os.getpid()}":
-                return cached
-            _remove_stale(parent)
-            path = parent / f"{_PREFIX}{os.getpid()}"
-            path.mkdir(exist_ok=True)
-            if key == "unified":  # let the children have memory and pids controllers
-                (path / "cgroup.subtree_control").write_text("+memory +pids")
-            cls._pool_dirs[key] = path
-            return path
+        """This process's directory of sandbox cgroups under ``parent`` (made when needed; stale ones of dead processes
+        go). Called with ``_lock`` held."""
+        cached = cls._pool_dirs.get(key)
+        if cached is not None and cached.parent == parent and cached.name == f"{_PREFIX}{os.getpid()}" \
+                and cached.is_dir():
+            return cached
+        _remove_stale(parent)
+        path = parent / f"{_PREFIX}{os.getpid()}"
+        path.mkdir(exist_ok=True)
+        if key == "unified":  # let the children have memory and pids controllers
+            (path / "cgroup.subtree_control").write_text("+memory +pids")
+        cls._pool_dirs[key] = path
+        return path
 
     def _write(self, key: str, name: str, value: str) -> None:
         (self.dirs[key] / name).write_text(value)
@@ -196,9 +198,20 @@ class SandboxCgroup:
         return 0
 
     def remove(self, timeout_s: float = 2.0) -> None:
-        """Remove the directories (once the killed processes have left them)."""
+        """Remove the directories (once the killed processes have left them), and this process's owner directory
+        when no other sandbox of it is left, so a clean shutdown leaves no cgroup behind."""
         for path in self.dirs.values():
             _rmdir(path, timeout_s)
+        with self._lock:
+            for key, path in self.dirs.items():
+                owner = path.parent
+                try:
+                    if not any(child.is_dir() for child in owner.iterdir()):
+                        owner.rmdir()
+                        if self._pool_dirs.get(key) == owner:
+                            del self._pool_dirs[key]
+                except OSError:  # another sandbox of ours is still there, or it is already gone
+                    pass
 
 
 def _rmdir(path: Path, timeout_s: float) -> None:

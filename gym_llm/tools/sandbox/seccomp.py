@@ -15,12 +15,14 @@ Two classic-BPF programs are built once per process and cached:
   CVE-2021-41133 did with new mount syscalls). Some allowed calls are narrowed by argument: ``clone`` only with
   ``CLONE_THREAD`` (threads, never processes), ``prlimit64`` only on the process itself (``pid`` 0 or its own),
   ``kill``/``tgkill``/``tkill``/``rt_(tg)sigqueueinfo`` only to itself, ``socketpair`` only ``AF_UNIX`` (asyncio),
-  ``ioctl`` never ``TIOCSTI``/``TIOCLINUX`` (typing into a terminal), ``prctl`` never clearing the parent-death
+  ``ioctl`` never ``TIOCSTI``/``TIOCLINUX`` (typing into a terminal), ``setsockopt`` never the socket buffer sizes
+  (kernel memory outside ``RLIMIT_AS``), ``prctl`` never clearing the parent-death
 signal or making the process dumpable again. Left out on purpose: every socket but
   ``socketpair`` (no network, no abstract sockets), ``fork``/``vfork``/``execve``, ``ptrace``,
   ``process_vm_*``, ``pidfd_*``, ``*xattr`` (state on files that could outlive an episode), SysV/POSIX IPC,
   ``memfd_create`` (memory outside ``RLIMIT_AS``), ``mount``/``unshare``/``setns``, ``keyctl``, ``bpf``,
-  ``io_uring``, ``userfaultfd``, ``perf_event_open``, ``personality``, ``mlock`` and friends, ``set*id``.
+  ``io_uring``, ``userfaultfd``, ``perf_event_open``, ``personality``, ``mlock`` and friends, ``set*id``, and
+  ``inotify``/``fanotify`` (per-user kernel counts shared with every sandbox).
 
 With ``allow_subprocess=True`` the REPL may ``fork``/``vfork``/``clone`` and ``execve`` (and wait for and signal its
 children): each episode then gets a sandbox of its own.
@@ -74,7 +76,7 @@ REPL_ALLOW: tuple[str, ...] = (
     "mknod", "mknodat",  # FIFOs and socket files; device nodes need CAP_MKNOD, which no sandbox process has
     "fallocate", "fsync", "fdatasync", "sync_file_range", "utime", "utimes", "utimensat", "futimesat",
     "sendfile", "copy_file_range", "splice", "tee", "readahead", "fadvise64", "pipe", "pipe2",
-    "ioctl", "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+    "ioctl",
     # waiting and events
     "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
     "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "timerfd_create", "timerfd_settime", "timerfd_gettime",
@@ -109,6 +111,8 @@ REPL_REFUSED: tuple[str, ...] = (
     "llistxattr", "flistxattr", "removexattr", "lremovexattr", "fremovexattr", "shmget", "shmat", "semget",
     "msgget", "mq_open", "keyctl", "add_key", "request_key", "personality", "mlock", "mlock2", "mlockall",
     "sched_setaffinity", "sched_setscheduler", "sched_setparam", "ioprio_set", "bpf", "perf_event_open",
+    # per-user kernel counts (inotify instances and watches are charged to the namespace owner's uid on the host)
+    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init", "fanotify_mark",
     "userfaultfd", "io_uring_setup", "kexec_load", "init_module", "finit_module", "reboot", "swapon", "acct",
 )
 """Not allowed either, but refused with ``EPERM`` (a ``PermissionError`` in Python) instead of ``ENOSYS``: the
@@ -130,6 +134,7 @@ SELF_PID_PLACEHOLDER = 0x3EADBEEF
 REPL replaces the ``k`` field of every BPF instruction that holds it."""
 
 _CLONE_THREAD = 0x00010000
+_SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 _TIOCSTI = 0x5412  # push characters into a terminal's input queue
 _TIOCLINUX = 0x541C
 _PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 2, 3, 4
@@ -198,7 +203,7 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
     """
     sc = _pyseccomp()
     program = sc.SyscallFilter(sc.ERRNO(errno.ENOSYS))
-    narrowed = {"clone", "prlimit64", "socketpair", "ioctl", "prctl", *SIGNAL_SELF_ONLY}
+    narrowed = {"clone", "prlimit64", "socketpair", "ioctl", "prctl", "setsockopt", *SIGNAL_SELF_ONLY}
     allowed = [*REPL_ALLOW, *(REPL_SUBPROCESS if allow_subprocess else ())]
     for name in allowed:
         if _known(sc, name) and (name not in narrowed or allow_subprocess and name in ("clone", *SIGNAL_SELF_ONLY)):
@@ -216,6 +221,15 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
         program.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, self_pid))
     program.add_rule(sc.ALLOW, "socketpair", sc.Arg(0, sc.EQ, socket.AF_UNIX))
     program.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socketpair", sc.Arg(0, sc.NE, socket.AF_UNIX))
+    # setsockopt, except socket buffer sizes: kernel memory outside RLIMIT_AS (a memory cgroup would count it, but
+    # hosts without one would let 125 socket pairs hold 2 GiB)
+    program.add_rule(sc.ALLOW, "setsockopt", sc.Arg(1, sc.NE, socket.SOL_SOCKET))
+    first, last = min(_SOCKET_BUFFER_OPTIONS), max(_SOCKET_BUFFER_OPTIONS)
+    program.add_rule(sc.ALLOW, "setsockopt", sc.Arg(1, sc.EQ, socket.SOL_SOCKET), sc.Arg(2, sc.LT, first))
+    program.add_rule(sc.ALLOW, "setsockopt", sc.Arg(1, sc.EQ, socket.SOL_SOCKET), sc.Arg(2, sc.GT, last))
+    for option in range(first, last + 1):  # one comparison per argument and rule: the gap between, point by point
+        action = sc.ERRNO(errno.EPERM) if option in _SOCKET_BUFFER_OPTIONS else sc.ALLOW
+        program.add_rule(action, "setsockopt", sc.Arg(1, sc.EQ, socket.SOL_SOCKET), sc.Arg(2, sc.EQ, option))
     program.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.LT, _TIOCSTI))
     program.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.GT, _TIOCLINUX))
     for request in range(_TIOCSTI + 1, _TIOCLINUX):  # TIOCGWINSZ ... FIONREAD

@@ -586,7 +586,8 @@ class Zygote:
             self.mount_namespace(uid)
         limits = [("RLIMIT_AS", config["memory_bytes"]), ("RLIMIT_CPU", config["cpu_s"]),
                   ("RLIMIT_FSIZE", config["file_size_bytes"]), ("RLIMIT_NOFILE", config["max_open_files"]),
-                  ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0)]
+                  ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0),
+                  ("RLIMIT_SIGPENDING", 64)]  # queued signals are a per-user kernel count: a handful is plenty
         if uid is not None:  # a dedicated uid: the kernel counts this REPL's threads alone
             limits.append(("RLIMIT_NPROC", config["max_threads"]))
         for name, value in limits:
@@ -615,6 +616,8 @@ class Zygote:
         config, libc = self.config, self.libc
         libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
         libc.mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=2")
+        if os.path.isdir("/dev/pts"):  # no ptys: /dev/ptmx (-> pts/ptmx) would draw on the host-wide pty pool
+            libc.mount("tmpfs", "/dev/pts", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=2")
         owner = f",uid={uid},gid={uid}" if uid is not None else ""
         libc.mount("tmpfs", self.scratch, "tmpfs", MS_NOSUID | MS_NODEV,
                    f"size={config['scratch_bytes']},nr_inodes={config['scratch_inodes']},mode=0700{owner}")

@@ -9,6 +9,10 @@ host the sandbox runs in two user namespaces made here, once per process:
 * ``U2``, a child of ``U1``, maps its uid 0 to the unprivileged host uid :data:`ZYGOTE_UID` and the REPL uids
   (``REPL_UID_BASE + k``) to themselves.
 
+``U1`` is made by a process that has already become :data:`ZYGOTE_UID`, so the namespace is owned by that uid: the
+kernel charges per-user counts of everything below it (inotify instances, queued signals, namespaces) up the chain
+of owners, which then ends at ``ZYGOTE_UID``, not at host root — a sandbox cannot exhaust root's own counts.
+
 Bubblewrap builds the sandbox in ``U1`` (``--userns``) and runs the zygote in ``U2`` (``--userns2``): the zygote
 and relays are host uid ``ZYGOTE_UID`` with capabilities only inside ``U2`` (to build each REPL's namespaces), and
 each REPL drops to its own host uid with no capabilities at all. None of them is host root.
@@ -51,20 +55,40 @@ def write_maps(pid, lines):
         with open(f"/proc/{pid}/{name}", "w") as f:
             f.write(lines)
 
-release_r, release_w = os.pipe()  # children hold their namespace until this process is told to exit
+release_r, release_w = os.pipe()  # children hold their namespace until this process exits (end of file)
 ready_r, ready_w = os.pipe()
-u1 = os.fork()
-if u1 == 0:
-    check(libc.unshare(CLONE_NEWUSER), "unshare (U1)")
-    os.write(ready_w, b"1")
-    os.read(release_r, 1)
-    os._exit(0)
-if os.read(ready_r, 1) != b"1":
-    sys.exit(1)
+owner = maps["owner"]
+
+def make_u1(as_owner):
+    pid = os.fork()
+    if pid == 0:
+        os.close(release_w)  # or release_r never sees end of file, and this process outlives the helper
+        try:
+            if as_owner:  # U1 owned by the unprivileged sandbox uid: the kernel charges the sandbox's per-user
+                os.setgroups([])  # counts (inotify, pending signals, namespaces) to it, never to host root
+                os.setresgid(owner, owner, owner)
+                os.setresuid(owner, owner, owner)
+            check(libc.unshare(CLONE_NEWUSER), "unshare (U1)")
+        except OSError:
+            os.write(ready_w, b"0")
+            os._exit(1)
+        os.write(ready_w, b"1")
+        os.read(release_r, 1)
+        os._exit(0)
+    return pid, os.read(ready_r, 1) == b"1"
+
+u1, made = make_u1(True)
+owned = made
+if not made:  # unprivileged user namespaces are switched off here (sysctl, AppArmor): root makes U1 instead
+    os.waitpid(u1, 0)
+    u1, made = make_u1(False)
+    if not made:
+        sys.exit("unshare (U1) failed as the sandbox uid and as root")
 write_maps(u1, maps["u1"])  # we are in U1's parent namespace, with CAP_SETUID there
 pid_r, pid_w = os.pipe()
 writer = os.fork()
 if writer == 0:  # a process in U1 writes U2's maps (only U2's parent namespace may)
+    os.close(release_w)
     check(libc.setns(os.open(f"/proc/{u1}/ns/user", os.O_RDONLY), CLONE_NEWUSER), "setns (U1)")
     u2 = os.fork()
     if u2 == 0:
@@ -79,10 +103,14 @@ if writer == 0:  # a process in U1 writes U2's maps (only U2's parent namespace 
     os.read(release_r, 1)
     os._exit(0)
 u2 = int(os.read(pid_r, 16))
-sys.stdout.write(json.dumps({"u1": u1, "u2": u2}) + "\n")
+sys.stdout.write(json.dumps({"u1": u1, "u2": u2, "owned": owned}) + "\n")
 sys.stdout.flush()
 sys.stdin.read(1)
 """
+
+NAMESPACE_OWNER: int | None = None
+"""Host uid that owns ``U1`` once made: :data:`ZYGOTE_UID`, or 0 where unprivileged user namespaces are switched
+off (then the sandbox's per-user kernel counts are charged to host root; the REPL's own limits still bound them)."""
 
 _LOCK = threading.Lock()
 _NAMESPACES: tuple[int, int] | None = None
@@ -97,7 +125,7 @@ def root_namespaces() -> tuple[int, int]:
         if _NAMESPACES is not None:
             return _NAMESPACES
         z, base, n = ZYGOTE_UID, REPL_UID_BASE, REPL_UIDS
-        maps = {"u1": f"0 0 1\n{z} {z} 1\n{base} {base} {n}\n", "u2": f"0 {z} 1\n{base} {base} {n}\n"}
+        maps = {"u1": f"0 0 1\n{z} {z} 1\n{base} {base} {n}\n", "u2": f"0 {z} 1\n{base} {base} {n}\n", "owner": z}
         helper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _HELPER, json.dumps(maps)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
@@ -107,6 +135,8 @@ def root_namespaces() -> tuple[int, int]:
                               f"{helper.stderr.read().decode(errors='replace').strip()[-500:]}")
             pids = json.loads(line)
             fds = tuple(os.open(f"/proc/{pids[key]}/ns/user", os.O_RDONLY | os.O_CLOEXEC) for key in ("u1", "u2"))
+            global NAMESPACE_OWNER
+            NAMESPACE_OWNER = ZYGOTE_UID if pids.get("owned") else 0
         finally:
             try:
                 helper.stdin.write(b"x")

@@ -1,0 +1,144 @@
+"""What the GSM8K grading deadline costs: env step time with it, and the deadline's own overhead where it applies.
+
+Grading runs math-verify in a worker process killed past its deadline (``gym_llm.rewards.deadline``), so one
+pathological answer cannot hang a step. This measures, in one run on the same answers:
+
+1. ``LLMGSM8K-v0`` (native vector env, B=64, text mode) stepping GSM8K test problems with real worked solutions as
+   replies (each task's own solution, its final line rewritten into the ``####``, ``\\boxed{}`` and "The answer is"
+   styles): CPU time per sample, and how many grades took the deadline (worker) path. Under the one-answer rule a
+   numeric reference never reaches math-verify, so on GSM8K that count is 0 and the deadline costs nothing.
+2. Where the deadline does apply (symbolic references, other datasets): math-verify through the deadline worker vs
+   the same math-verify call in-process with no deadline, per call, on equivalent answers; the difference is the
+   deadline's cost, reported as a fraction of the call and of a GSM8K env step.
+
+    python bench/grading.py                     # 1,319 test problems (GSM8K test split)
+    python bench/grading.py --steps 100
+
+Reads GSM8K's test split (``--data-files``, default ``$GYM_LLM_DATA/gsm8k/test.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import gymnasium as gym
+
+import gym_llm  # noqa: F401
+from gym_llm.rewards import gsm8k
+
+
+def _default_data() -> str:
+    for root in (os.environ.get("GYM_LLM_DATA"), Path(__file__).resolve().parents[1].parent / "shared" / "data",
+                 "/work/shared/data"):
+        if root and (Path(root) / "gsm8k" / "test.jsonl").is_file():
+            return str(Path(root) / "gsm8k" / "test.jsonl")
+    raise SystemExit("GSM8K test.jsonl not found: pass --data-files or set GYM_LLM_DATA.")
+
+
+STYLES = ("#### {n}", "\\boxed{{{n}}}", "The answer is {n}.")
+
+
+def replies(rows: list[dict]) -> list[str]:
+    """Each task's own worked solution, its ``#### N`` line in one of three styles (cycled)."""
+    out = []
+    for k, row in enumerate(rows):
+        work, _, answer = row["answer"].rpartition("####")
+        out.append(work.rstrip() + "\n" + STYLES[k % len(STYLES)].format(n=answer.strip()))
+    return out
+
+
+def env_step_cost(data_files: str, rows: list[dict], batch: int, steps: int) -> tuple[float, int, int]:
+    """CPU seconds per sample of vector steps, grades that reached math-verify, grades in all."""
+    calls = {"n": 0}
+    real = gsm8k._math_verify_equal
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    gsm8k._math_verify_equal = counting
+    envs = gym.make_vec("LLMGSM8K-v0", num_envs=batch, vectorization_mode="vector_entry_point", data_files=data_files,
+                        task_order="sequential", task_assignment="partition")
+    texts = replies(rows)
+    try:
+        _, info = envs.reset(seed=0)
+        correct = graded = 0
+        start = time.process_time()
+        for _ in range(steps):
+            actions = tuple(texts[int(t)] for t in info["task_id"])
+            _, rewards, _, _, info = envs.step(actions)
+            correct += int(rewards.sum())
+            graded += batch
+        cpu = time.process_time() - start
+    finally:
+        envs.close()
+        gsm8k._math_verify_equal = real
+    assert correct == graded, f"every reference solution should be graded correct; {correct}/{graded}"
+    return cpu / graded, calls["n"], graded
+
+
+SYMBOLIC = [(r"\frac{x^2}{x}", "x"), ("2*x + x", "3*x"), (r"\sqrt{x^2}", "|x|"), ("(x+1)^2", "x^2 + 2*x + 1"),
+            (r"\frac{a}{2} + \frac{a}{2}", "a"), ("y*y", "y^2")]
+
+
+def deadline_overhead(repeats: int) -> tuple[float, float]:
+    """Seconds per math-verify check in-process (no deadline) and through the deadline worker."""
+    from math_verify import parse, verify
+
+    def direct(pred: str, ref: str) -> bool:
+        return bool(verify(parse(f"${ref}$"), parse(f"${pred}$")))
+
+    for pred, ref in SYMBOLIC:  # warm both paths (imports, a worker started); both give the same verdicts
+        assert direct(pred, ref) == gsm8k._math_verify_equal(pred, ref), (pred, ref)
+    times = {"direct": 0.0, "deadline": 0.0}
+    for _ in range(repeats):
+        for name, fn in (("direct", direct), ("deadline", gsm8k._math_verify_equal)):
+            start = time.perf_counter()
+            for pred, ref in SYMBOLIC:
+                fn(pred, ref)
+            times[name] += time.perf_counter() - start
+    n = repeats * len(SYMBOLIC)
+    return times["direct"] / n, times["deadline"] / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-files", default=None)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=None, help="vector steps (default: one pass over the tasks)")
+    parser.add_argument("--repeats", type=int, default=20, help="rounds of the math-verify comparison")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    data = args.data_files or _default_data()
+    rows = [json.loads(line) for line in Path(data).read_text().splitlines() if line.strip()]
+    steps = args.steps or len(rows) // args.batch
+    per_sample, worker_calls, graded = env_step_cost(data, rows, args.batch, steps)
+    direct, deadline = deadline_overhead(args.repeats)
+    overhead = deadline - direct
+    result = {
+        "env_step_cpu_us_per_sample": per_sample * 1e6, "grades": graded, "grades_on_deadline_path": worker_calls,
+        "deadline_cost_fraction_of_gsm8k_step": worker_calls / graded * overhead / per_sample,
+        "math_verify_in_process_ms": direct * 1e3, "math_verify_with_deadline_ms": deadline * 1e3,
+        "deadline_overhead_ms_per_check": overhead * 1e3, "deadline_overhead_fraction_of_check": overhead / direct,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    from gym_llm_adapters.engines import cpu_paths
+
+    print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
+    print(f"LLMGSM8K-v0, B={args.batch}, {graded} real worked solutions ({' / '.join(s.split('{')[0] or s for s in STYLES)} styles):")
+    print(f"  env step {per_sample * 1e6:.1f} us CPU per sample; grades that took the deadline path: {worker_calls} "
+          f"of {graded} -> the deadline costs {result['deadline_cost_fraction_of_gsm8k_step']:.1%} of the step "
+          "(target < 5%)")
+    print(f"math-verify on symbolic answers, {len(SYMBOLIC)} x {args.repeats}: in-process {direct * 1e3:.2f} ms, "
+          f"under the deadline {deadline * 1e3:.2f} ms per check -> overhead {overhead * 1e3:+.3f} ms "
+          f"({result['deadline_overhead_fraction_of_check']:+.1%} of a check)")
+
+
+if __name__ == "__main__":
+    main()
