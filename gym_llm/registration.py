@@ -20,6 +20,10 @@ class EnvInfo:
     reward_range: str
     action: str = "reply text (UnicodeText), or sampled token ids in tokens mode"
     observation: str = "the conversation rendered up to the generation prompt (text), or its ids + mask"
+    commands: tuple[str, ...] = ("play", "eval", "train")
+    """The ``gym-llm`` subcommands that work with this env (the others refuse it up front, saying why)."""
+    not_for: str = ""
+    """Why the other subcommands do not apply (shown when one is refused)."""
 
 
 ENVS: tuple[EnvInfo, ...] = (
@@ -35,7 +39,11 @@ ENVS: tuple[EnvInfo, ...] = (
     EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv", "gym_llm.envs.hashing:LLMHashingVectorEnv",
             "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)",
             action="one token id (Discrete(V))",
-            observation="token ids + mask + 64-bit chain hash (+ incrementally decoded text)"),
+            observation="token ids + mask + 64-bit chain hash (+ incrementally decoded text)",
+            commands=("play",),
+            not_for="it is a token-level env for tree search (one action = one token id), while `gym-llm eval` and "
+                    "`train` sample whole replies; drive it from Python (examples/mcts_hashing.py), or play it "
+                    "yourself with `gym-llm play LLMHashing-v0`"),
     EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
             "gym_llm.envs.python_tool:LLMPythonToolVectorEnv",
             "chat with a sandboxed persistent Python interpreter; default task GSM8K with code",

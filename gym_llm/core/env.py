@@ -8,6 +8,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from gym_llm.core.episode import EnvCore, resolve_reset_task
+from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.tasks import TaskStream
 
 __all__ = ["LLMEnv", "TASK_SEED_BOUND"]
@@ -16,7 +17,7 @@ TASK_SEED_BOUND = 2**62
 """Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding."""
 
 
-class LLMEnv(gym.Env):
+class LLMEnv(ConstructorPickle, gym.Env):
     """A Gymnasium env over one LLM episode at a time (see the concrete envs for their docs).
 
     Seeding: ``reset(seed=s)`` seeds ``self.np_random`` and draws the task-stream seed from it, so the
@@ -25,6 +26,9 @@ class LLMEnv(gym.Env):
 
     ``info`` always holds ``task_id`` (index into the task source) and ``round`` (episode number
     since the last seeded reset).
+
+    Pickling: an env pickles as its class and constructor arguments and unpickles by being made again
+    (:mod:`gym_llm.core.pickling`); the copy needs ``reset()``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}

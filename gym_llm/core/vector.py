@@ -32,6 +32,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.env import TASK_SEED_BOUND
 from gym_llm.core.episode import EnvCore, Episode, resolve_reset_task
 from gym_llm.core.spaces import UnicodeText
@@ -145,7 +146,7 @@ def add_note(exc: BaseException, note: str) -> None:
     elif exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]} ({note})", *exc.args[1:])
 
-class LLMVectorEnv(VectorEnv):
+class LLMVectorEnv(ConstructorPickle, VectorEnv):
     """Native vector env over an :class:`~gym_llm.core.episode.EnvCore`.
 
     Args:

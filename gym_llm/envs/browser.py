@@ -96,6 +96,9 @@ def build_browser_core(
     **chat_kwargs: Any,
 ) -> EnvCore:
     """Start the site server, build the browser tool (allowed: the site only), and the chat core."""
+    from gym_llm.core.extras import require
+
+    require("browser", "playwright", needed_by="LLMBrowser-v0")
     from gym_llm.tasks.site_server import SiteServer
     from gym_llm.tools.browser import BrowserTool
 

@@ -209,6 +209,9 @@ def build_ifeval_core(
     max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
 ) -> EnvCore:
+    from gym_llm.core.extras import require
+
+    require("ifeval", "if_verifiable", "langdetect", "nltk", "punkt", needed_by="LLMIFEval-v0")
     task_list = load_ifeval_tasks(data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
                                   split=split)
     handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers, quality_guard)

@@ -32,6 +32,9 @@ def build_python_tool_core(
     from gym_llm.tools.python import PythonTool
 
     if python_tool is None:
+        from gym_llm.core.extras import require
+
+        require("tools", "pyseccomp", needed_by="LLMPythonTool-v0 (its sandbox's seccomp filters)")
         python_tool = PythonTool(**dict(sandbox or {}))
     elif sandbox is not None:
         raise TypeError("Pass either python_tool=PythonTool(...) or sandbox={...} settings, not both.")

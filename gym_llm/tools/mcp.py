@@ -14,6 +14,7 @@ dead server is restarted on the next call.
 
 from __future__ import annotations
 
+from gym_llm.core.pickling import ConstructorPickle
 import asyncio
 import concurrent.futures
 import logging
@@ -111,7 +112,7 @@ class _Connection:
             self.loop.close()
 
 
-class MCPTool:
+class MCPTool(ConstructorPickle):
     """The tools of one MCP server started over stdio (``command args...``).
 
     Args:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gym_llm.core.pickling import ConstructorPickle
 import logging
 import os
 import threading
@@ -29,7 +30,7 @@ DEFAULT_DESCRIPTION = (
 )
 
 
-class PythonTool:
+class PythonTool(ConstructorPickle):
     """Runs Python code in a sandbox: one persistent REPL per episode, from a pool of warm sandboxes.
 
     Args:

@@ -198,3 +198,27 @@ def test_vector_and_scalar_reject_the_same_bad_inputs_naming_the_sub_env(env_id,
         envs.close()
         twin.close()
         scalar.close()
+
+
+@pytest.mark.parametrize("env_id,module,extra", [("LLMIFEval-v0", "if_verifiable", "ifeval"),
+                                                 ("LLMIFEval-v0", "langdetect", "ifeval"),
+                                                 ("LLMBrowser-v0", "playwright", "browser"),
+                                                 ("LLMPythonTool-v0", "pyseccomp", "tools")])
+def test_a_missing_extra_is_named_when_the_env_is_made(env_id, module, extra):
+    """Without the optional dependency, gym.make fails at once with the extra to install (a fresh process where the
+    module is blocked, as if it were not installed)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    kwargs = make_kwargs(env_id, "text")
+    script = (f"import sys; sys.modules[{module!r}] = None\n"
+              "import gymnasium as gym, gym_llm\n"
+              f"gym.make({env_id!r}, **{kwargs!r})\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": f"{repo}:{repo / 'adapters'}", "PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gym_llm.core.extras.MissingExtraError") and f"pip install 'gym-llm[{extra}]'" in last, last
+    assert module in last and env_id in last

@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Gymnasium environments for LLM post-training: list, play, evaluate and train.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMANDS:
@@ -51,6 +52,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command: 0 on success, 2 for a user error (one or two lines on stderr saying the fix; ``--debug``
+    adds the traceback), 1 for an internal error (its traceback and where to report it), 130 on Ctrl-C."""
+    from gym_llm_adapters.cli.errors import REPORT_URL, UsageError
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    command = next((a for a in argv if not a.startswith("-")), "")
+    try:
+        return _main(argv)
+    except UsageError as e:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"gym-llm {command}: error: {e}".replace("gym-llm : ", "gym-llm: "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gym-llm {command}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(f"gym-llm {command}: internal error (a bug, not your input). Please report it at {REPORT_URL} "
+              "with the command line and the traceback above.", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     args = parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -90,22 +90,186 @@ def load_config_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str
     pairs. Flags given on the command line still win. Unknown keys are an error naming the valid ones."""
     import tomllib
 
+    from gym_llm_adapters.cli.errors import UsageError, closest
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except FileNotFoundError as e:
-        raise SystemExit(f"--config {path}: no such file") from e
+        raise UsageError(f"--config {path}: no such file") from e
+    except IsADirectoryError as e:
+        raise UsageError(f"--config {path}: a folder; give a TOML file (e.g. examples/configs/arithmetic_tiny.toml)") from e
     except tomllib.TOMLDecodeError as e:
-        raise SystemExit(f"--config {path}: not valid TOML ({e})") from e
-    dests = {a.dest for a in parser._actions if a.dest not in ("help", "config")}
+        raise UsageError(f"--config {path}: not valid TOML ({e}); keys are the flags' names, e.g. learning_rate = 1e-4") from e
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         dest = key.replace("-", "_")
-        if dest not in dests:
-            raise SystemExit(f"--config {path}: unknown option {key!r}; valid: {', '.join(sorted(dests))}")
+        if dest not in actions:
+            raise UsageError(f"--config {path}: unknown key {key!r}{closest(dest, actions)}; the keys are the flags' "
+                             "names (see --help)")
         if dest in _PAIR_LISTS:
             if not isinstance(value, dict):
-                raise SystemExit(f"--config {path}: [{key}] must be a table of KEY = VALUE pairs")
+                raise UsageError(f"--config {path}: [{key}] must be a table of KEY = VALUE pairs")
             value = list(value.items())
+        else:
+            value = _checked_config_value(path, key, value, actions[dest])
         defaults[dest] = value
     return defaults
+
+
+def _checked_config_value(path: str, key: str, value: Any, action: argparse.Action) -> Any:
+    """A config value checked like the flag would check it (type, choices)."""
+    from gym_llm_adapters.cli.errors import UsageError
+
+    if action.choices is not None and value not in action.choices:
+        raise UsageError(f"--config {path}: {key} = {value!r} is not one of {sorted(map(str, action.choices))}")
+    kind = action.type
+    if callable(kind) and not isinstance(value, bool) and value is not None:
+        try:
+            converted = kind(str(value))
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+            raise UsageError(f"--config {path}: {key} = {value!r}: {e}") from e
+        return converted if kind is not str else value
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)) and not isinstance(value, bool):
+        raise UsageError(f"--config {path}: {key} = {value!r}: expected true or false")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- checks up front
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """An argparse type: a float in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return value
+
+
+def check_env(env_id: str | None, command: str) -> Any:
+    """The env's :class:`~gym_llm.registration.EnvInfo`, or a :class:`UsageError` naming the valid ids (unknown id)
+    or why ``command`` does not take this env."""
+    import gym_llm
+    from gym_llm_adapters.cli.errors import UsageError, closest
+
+    infos = {info.id: info for info in gym_llm.ENVS}
+    if not env_id:
+        raise UsageError(f"which env? Give an env id (--env in `gym-llm {command}`, or in --config); "
+                         f"the ids are: {', '.join(infos)}")
+    if env_id not in infos:
+        raise UsageError(f"unknown env id {env_id!r}{closest(env_id, infos)}; the registered ids are: "
+                         f"{', '.join(infos)} (`gym-llm list` describes them)")
+    info = infos[env_id]
+    if command not in info.commands:
+        raise UsageError(f"`gym-llm {command}` does not take {env_id}: {info.not_for}")
+    return info
+
+
+def check_paths(kwargs: dict[str, Any]) -> None:
+    """Local task files named in the env arguments exist (a typo is found before anything heavy starts)."""
+    from pathlib import Path
+
+    from gym_llm_adapters.cli.errors import UsageError
+
+    files = kwargs.get("data_files")
+    for path in ([files] if isinstance(files, str) else files if isinstance(files, (list, tuple)) else []):
+        if isinstance(path, str) and not Path(path).expanduser().exists():
+            raise UsageError(f"--data-files {path}: no such file. Give the path of a local task file (e.g. GSM8K's "
+                             "test.jsonl), or generate tasks instead: --source arithmetic (or gsm_symbolic)")
+
+
+def probe_env(env_id: str, kwargs: dict[str, Any], **settings: Any) -> None:
+    """Make the env once (one sub-env) with the arguments the command will use, then close it: a wrong argument, a
+    missing extra or an unreadable task file is a :class:`UsageError` now, not after the engine has started."""
+    import gymnasium as gym
+
+    import gym_llm  # noqa: F401
+    from gym_llm.core.extras import MissingExtraError
+    from gym_llm_adapters.cli.errors import UsageError
+
+    check_paths(kwargs)
+    try:
+        env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point", **kwargs, **settings)
+    except MissingExtraError as e:
+        raise UsageError(str(e)) from e
+    except (TypeError, ValueError, KeyError, OSError, ImportError, RuntimeError) as e:
+        raise UsageError(f"{env_id} cannot be made with these env arguments ({type(e).__name__}: {e}); see "
+                         f"`gym-llm list` and the env's docs for its arguments") from e
+    env.close()
+
+
+def check_model(spec: str) -> tuple[str, Any, int | None]:
+    """``(model_dir, tokenizer, longest sequence the model takes)`` — a :class:`UsageError` for a model that cannot
+    be found or read, before any engine starts."""
+    import json
+    from pathlib import Path
+
+    from gym_llm_adapters.cli.errors import UsageError
+    from gym_llm_adapters.models.resolve import EMBEDDED_MODELS, resolve_model
+
+    try:
+        model_dir = resolve_model(spec)
+    except (ValueError, OSError, ImportError) as e:
+        raise UsageError(str(e)) from e
+    if not Path(model_dir).is_dir() and "/" not in str(spec):
+        raise UsageError(f"--model {spec!r}: no such checkpoint folder (and not a hub id, which reads org/name). "
+                         f"Pass a folder that save_pretrained wrote, a hub id, or one of the embedded models: "
+                         f"{', '.join(EMBEDDED_MODELS)}")
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except Exception as e:
+        raise UsageError(f"--model {spec!r}: cannot read its tokenizer from {model_dir} ({type(e).__name__}: {e})") from e
+    longest = None
+    config = Path(model_dir) / "config.json"
+    if config.is_file():
+        longest = json.loads(config.read_text()).get("max_position_embeddings")
+    return model_dir, tokenizer, longest
+
+
+def fit_seq_len(requested: int | None, longest: int | None, *, default: int, max_new_tokens: int) -> int:
+    """``--max-seq-len``: the default shrinks to what the model takes (with a note); an explicit value beyond it is a
+    :class:`UsageError`."""
+    import logging
+
+    from gym_llm_adapters.cli.errors import UsageError
+
+    if requested is None:
+        value = default if longest is None else min(default, int(longest))
+        if value < default:
+            logging.getLogger("gym_llm_adapters.cli").info(
+                "--max-seq-len: using %d, the longest sequence this model takes (the default is %d)", value, default)
+    else:
+        value = requested
+        if longest is not None and value > longest:
+            raise UsageError(f"--max-seq-len {value} is longer than this model takes ({longest} tokens, its "
+                             f"max_position_embeddings); use --max-seq-len {longest} or less")
+    if max_new_tokens >= value:
+        raise UsageError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in --max-seq-len {value}; "
+                         "lower --max-new-tokens or raise --max-seq-len")
+    return value

@@ -15,7 +15,22 @@ import json
 import logging
 from pathlib import Path
 
-from gym_llm_adapters.cli._common import add_env_options, add_model_options, dtype_for, engine_kind, env_kwargs_from
+from gym_llm_adapters.cli._common import (
+    add_env_options,
+    add_model_options,
+    check_env,
+    check_model,
+    check_paths,
+    dtype_for,
+    engine_kind,
+    env_kwargs_from,
+    fit_seq_len,
+    non_negative_float,
+    positive_int,
+    probability,
+    probe_env,
+)
+from gym_llm_adapters.cli.errors import UsageError
 
 __all__ = ["register", "run"]
 
@@ -28,18 +43,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_env_options(parser)
     add_model_options(parser)
     group = parser.add_argument_group("evaluation")
-    group.add_argument("--n", type=int, default=64, help="episodes (tasks) to run (default: 64)")
+    group.add_argument("--n", type=positive_int, default=64, help="episodes (tasks) to run (default: 64)")
     group.add_argument("--shuffle", action="store_true", help="a seeded random sample of tasks, not the first n")
     group.add_argument("--seed", type=int, default=0, help="seeds the task sample and sampling (default: 0)")
-    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--max-new-tokens", type=int, default=512, help="tokens per assistant turn (default: 512)")
-    group.add_argument("--max-seq-len", type=int, default=4096, help="longest episode in tokens (default: 4096)")
-    group.add_argument("--batch", type=int, default=64, help="episodes generated as one batch (default: 64)")
+    group.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default: 0)")
+    group.add_argument("--top-p", type=probability, default=1.0, help="nucleus sampling mass (default: 1 = off)")
+    group.add_argument("--max-new-tokens", type=positive_int, default=512,
+                       help="tokens per assistant turn (default: 512)")
+    group.add_argument("--max-seq-len", type=positive_int, default=None,
+                       help="longest episode in tokens (default: 4096, or less if the model takes less)")
+    group.add_argument("--batch", type=positive_int, default=64, help="episodes generated as one batch (default: 64)")
     group.add_argument("--pass-threshold", type=float, default=1.0,
                        help="an episode passes when its reward is >= this (default: 1.0)")
     group.add_argument("--out", type=Path, default=None, metavar="ROLLOUTS",
-                       help="write the episodes here (.jsonl, or a .parquet folder) and a .summary.json beside it")
+                       help="write the episodes here (.jsonl, or a .parquet folder) and a .summary.json beside it; "
+                            "an existing file is refused unless --overwrite or --append")
+    mode = group.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    mode.add_argument("--append", action="store_true",
+                      help="add to an existing --out (group ids continue after the ones already there)")
     group.add_argument("--plot", type=Path, default=None, metavar="PNG",
                        help="the reward histogram (default: beside --out, else ./eval_rewards.png)")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -49,24 +71,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import gym_llm  # noqa: F401
     from gym_llm_adapters.engines import SamplingConfig
-    from gym_llm_adapters.models.resolve import resolve_model
     from gym_llm_adapters.rollout_io import RolloutWriter
     from gym_llm_adapters.training.evaluation import Evaluator
     from gym_llm_adapters.training.metrics import plot_reward_histogram
     from gym_llm_adapters.training.setup import build_engine, resolve_device
 
-    if args.n < 1:
-        raise SystemExit(f"--n must be >= 1, got {args.n}")
+    # every input is checked before a model is loaded or an engine started
+    check_env(args.env, "eval")
+    kwargs = env_kwargs_from(args)
+    check_paths(kwargs)
+    group_offset = _check_out(args)
+    model_dir, tokenizer, longest = check_model(args.model)
+    args.max_seq_len = fit_seq_len(args.max_seq_len, longest, default=4096, max_new_tokens=args.max_new_tokens)
+    probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=args.max_seq_len,
+              max_action_tokens=args.max_new_tokens)
     device = resolve_device(args.device)
-    model_dir = resolve_model(args.model)
     kind = engine_kind(args)
     engine = build_engine(kind, model_dir, device=device, dtype=dtype_for(args, device), seed=args.seed,
                           max_model_len=args.max_seq_len, vllm_kwargs=dict(args.vllm_args))
     sampling = SamplingConfig(max_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
-    writer = RolloutWriter(args.out) if args.out is not None else None
+    writer = None
+    if args.out is not None:
+        if args.overwrite:
+            _remove(args.out)
+        writer = _OffsetWriter(RolloutWriter(args.out), group_offset)
     evaluator = None
     try:
-        kwargs = env_kwargs_from(args)
         evaluator = Evaluator(args.env, kwargs, engine, episodes=args.n, sampling=sampling, seed=args.seed,
                               max_seq_len=args.max_seq_len, max_new_tokens=args.max_new_tokens,
                               num_envs=min(args.batch, args.n), task_ids="shuffle" if args.shuffle else "first",
@@ -96,3 +126,54 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         logger.warning("no histogram: %s", e)
     return 0
+
+
+def _check_out(args: argparse.Namespace) -> int:
+    """Refuse an existing ``--out`` unless ``--overwrite`` / ``--append``; with ``--append``, the group id offset that
+    keeps this run's groups apart from the ones already in the file."""
+    out = args.out
+    if out is None:
+        if args.overwrite or args.append:
+            raise UsageError("--overwrite / --append need --out")
+        return 0
+    exists = out.exists() and (out.is_file() or any(out.iterdir()))
+    if exists and not (args.overwrite or args.append):
+        raise UsageError(f"--out {out} already exists; pass --overwrite to replace it, --append to add this run to it, "
+                         "or choose another --out")
+    if out.exists() and out.is_dir() and out.suffix != ".parquet" and not any(out.glob("part-*.parquet")) \
+            and any(out.iterdir()):
+        raise UsageError(f"--out {out} is a folder that holds no rollouts; give a .jsonl file or a .parquet folder")
+    if args.append and exists:
+        from gym_llm_adapters.rollout_io import iter_rollouts
+
+        return 1 + max((int(r.group_id) for r in iter_rollouts(out)), default=-1)
+    return 0
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    for extra in (path.with_name(path.stem + ".summary.json"), path.with_name(path.stem + ".rewards.png")):
+        extra.unlink(missing_ok=True)
+
+
+class _OffsetWriter:
+    """A rollout writer that shifts group ids by ``offset`` first (an appended run's groups stay distinct)."""
+
+    def __init__(self, writer, offset: int):
+        self.writer, self.offset = writer, offset
+
+    def write(self, records) -> None:
+        if self.offset:
+            for record in records:
+                record.group_id += self.offset
+                for step in getattr(record, "steps", ()):
+                    step.group_id += self.offset
+        self.writer.write(records)
+
+    def close(self) -> None:
+        self.writer.close()

@@ -22,12 +22,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"id": e.id, "description": e.description, "action": e.action,
                            "observation": e.observation, "reward": e.reward_range,
-                           "vector_entry_point": e.vector_entry_point} for e in gym_llm.ENVS], indent=1))
+                           "vector_entry_point": e.vector_entry_point, "commands": list(e.commands)}
+                          for e in gym_llm.ENVS], indent=1))
         return 0
     for env in gym_llm.ENVS:
         print(env.id)
         for label, text in (("", env.description), ("action: ", env.action), ("observation: ", env.observation),
-                            ("reward: ", env.reward_range)):
+                            ("reward: ", env.reward_range), ("commands: ", "gym-llm " + ", ".join(env.commands))):
             print(textwrap.fill(label + text, width=100, initial_indent="  ", subsequent_indent="    "))
     print(f"\n{len(gym_llm.ENVS)} envs; each also has a native vector env: "
           "gym.make_vec(id, num_envs=N, group_size=G). Try one: gym-llm play LLMGSM8K-v0 --source arithmetic")

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from gym_llm_adapters.cli._common import add_env_options, env_kwargs_from
+from gym_llm_adapters.cli._common import add_env_options, env_kwargs_from, positive_int
 
 __all__ = ["register", "run"]
 
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("play", help="play an env yourself (you type the actions)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_options(parser)
-    parser.add_argument("--episodes", type=int, default=1, help="episodes to play (default: 1)")
+    parser.add_argument("--episodes", type=positive_int, default=1, help="episodes to play (default: 1)")
     parser.add_argument("--seed", type=int, default=0, help="the env seed (which tasks come up; default: 0)")
     parser.add_argument("--raw", action="store_true",
                         help="show the raw observation (the rendered prompt, special tokens included) instead "
@@ -107,8 +107,20 @@ def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import gym_llm  # noqa: F401  (registers the ids)
+    from gym_llm.core.extras import MissingExtraError
+    from gym_llm_adapters.cli._common import check_env, check_paths
+    from gym_llm_adapters.cli.errors import UsageError
 
-    env = gym.make(args.env, **env_kwargs_from(args))
+    check_env(args.env, "play")
+    kwargs = env_kwargs_from(args)
+    check_paths(kwargs)
+    try:
+        env = gym.make(args.env, **kwargs)
+    except MissingExtraError as e:
+        raise UsageError(str(e)) from e
+    except (TypeError, ValueError, KeyError, OSError, ImportError, RuntimeError) as e:
+        raise UsageError(f"{args.env} cannot be made with these env arguments ({type(e).__name__}: {e}); see "
+                         "`gym-llm list` and the env's docs for its arguments") from e
     try:
         returns = play(env, episodes=args.episodes, seed=args.seed, raw=args.raw, stream=sys.stdin, out=sys.stdout)
     finally:

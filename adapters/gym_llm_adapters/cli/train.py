@@ -27,10 +27,19 @@ from gym_llm_adapters.cli._common import (
     _env_arg,
     add_env_options,
     add_model_options,
+    check_env,
+    check_model,
+    check_paths,
     dtype_for,
     engine_kind,
     env_kwargs_from,
+    fit_seq_len,
+    non_negative_float,
+    positive_int,
+    probability,
+    probe_env,
 )
+from gym_llm_adapters.cli.errors import UsageError
 
 __all__ = ["register", "run", "config_from_args"]
 
@@ -55,8 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_group.add_argument("--out", type=Path, default=Path("runs/train"), help="the run folder (default: runs/train)")
     run_group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     run_group.add_argument("--seed", type=int, default=0, help="seeds torch, envs and sampling (default: 0)")
-    run_group.add_argument("--steps", type=int, default=100, help="optimizer steps of the algorithm (default: 100)")
-    run_group.add_argument("--learning-rate", "--lr", type=float, default=1e-5, help="AdamW lr (default: 1e-5)")
+    run_group.add_argument("--steps", type=positive_int, default=100, help="optimizer steps of the algorithm (default: 100)")
+    run_group.add_argument("--learning-rate", "--lr", type=non_negative_float, default=1e-5,
+                           help="AdamW lr (default: 1e-5)")
     run_group.add_argument("--lr-warmup-steps", type=int, default=0,
                            help="linear lr warm-up at the start of each phase (default: 0)")
     run_group.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default="constant",
@@ -67,15 +77,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_group.add_argument("--micro-batch-size", type=int, default=None,
                            help="sequences per forward/backward (gradient accumulation); default: the whole batch")
     grpo = parser.add_argument_group("GRPO")
-    grpo.add_argument("--num-tasks", type=int, default=8, help="groups (tasks) per step (default: 8)")
-    grpo.add_argument("--group-size", type=int, default=8, help="samples per task (default: 8)")
-    grpo.add_argument("--max-new-tokens", type=int, default=256, help="tokens per assistant turn (default: 256)")
-    grpo.add_argument("--max-seq-len", type=int, default=2048, help="longest episode in tokens (default: 2048)")
-    grpo.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
-    grpo.add_argument("--top-p", type=float, default=1.0,
+    grpo.add_argument("--num-tasks", type=positive_int, default=8, help="groups (tasks) per step (default: 8)")
+    grpo.add_argument("--group-size", type=positive_int, default=8, help="samples per task (default: 8)")
+    grpo.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per assistant turn (default: 256)")
+    grpo.add_argument("--max-seq-len", type=positive_int, default=None,
+                      help="longest episode in tokens (default: 2048, or less if the model takes less)")
+    grpo.add_argument("--temperature", type=non_negative_float, default=1.0, help="sampling temperature (default: 1.0)")
+    grpo.add_argument("--top-p", type=probability, default=1.0,
                       help="nucleus sampling mass (default: 1.0 = off); the trainer's and reference's log-probs are "
                            "those of the distribution sampled at this temperature and top-p")
-    grpo.add_argument("--beta", type=float, default=0.0, help="KL-to-reference weight in the loss (default: 0)")
+    grpo.add_argument("--beta", type=non_negative_float, default=0.0, help="KL-to-reference weight in the loss (default: 0)")
     grpo.add_argument("--epsilon", type=float, default=0.2, help="clip range (default: 0.2)")
     grpo.add_argument("--epsilon-high", type=float, default=None, help="upper clip range (DAPO: 0.28)")
     grpo.add_argument("--aggregation", choices=("token_mean", "sequence_mean", "dr_grpo"), default="token_mean")
@@ -95,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sft.add_argument("--sft-data", default="references",
                      help="'references' (the env tasks' worked solutions) or a rollout file (default: references)")
     sft.add_argument("--sft-learning-rate", type=float, default=None, help="the SFT phase's lr (default: --lr)")
-    sft.add_argument("--sft-batch-size", type=int, default=32, help="sequences per SFT step (default: 32)")
+    sft.add_argument("--sft-batch-size", type=positive_int, default=32, help="sequences per SFT step (default: 32)")
     sft.add_argument("--sft-examples", type=int, default=None, help="use at most this many reference tasks")
     sft.add_argument("--sft-min-reward", type=float, default=None, help="keep rollouts with reward >= this")
     sft.add_argument("--sft-top-k", type=int, default=None, help="keep the best k rollouts of each group")
@@ -110,6 +121,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
+
+
+def _check_out(out: Path, resume: bool) -> None:
+    """A run never mixes with another: an existing run in ``--out`` needs ``--resume``; ``--resume`` needs a run."""
+    from gym_llm_adapters.training.checkpoint import latest_checkpoint
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give the run's folder (e.g. runs/my-run)")
+    has_run = out.is_dir() and latest_checkpoint(out) is not None
+    if resume and not has_run:
+        raise UsageError(f"--resume: {out} holds no run to continue (no checkpoint); drop --resume to start one")
+    if not resume and has_run:
+        raise UsageError(f"--out {out} already holds a run; pass --resume to continue it, or choose another --out")
+    if not resume and out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"--out {out} is a folder with other files in it; choose a new or empty folder")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -142,9 +168,20 @@ def run(args: argparse.Namespace) -> int:
     import gym_llm  # noqa: F401
     from gym_llm_adapters.training import Trainer
 
-    if not args.env:
-        raise SystemExit("gym-llm train: --env is required (on the command line or in --config).")
-    config = config_from_args(args)
+    # every input is checked before a model is loaded or an engine started
+    check_env(args.env, "train")
+    check_paths(env_kwargs_from(args))
+    check_paths(dict(args.eval_env_args))
+    _check_out(args.out, args.resume)
+    _, tokenizer, longest = check_model(args.model)
+    args.max_seq_len = fit_seq_len(args.max_seq_len, longest, default=2048, max_new_tokens=args.max_new_tokens)
+    try:
+        config = config_from_args(args)
+    except ValueError as e:  # a cross-field check of TrainConfig (e.g. group_size 1 with GRPO)
+        raise UsageError(str(e)) from e
+    for kwargs in (config.env_kwargs, {**config.env_kwargs, **config.eval_env_kwargs}):  # training and eval envs
+        probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=config.max_seq_len,
+                  max_action_tokens=config.max_new_tokens)
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     with Trainer(config, resume=args.resume) as trainer, logging_redirect_tqdm():  # logs print above the bar

@@ -8,6 +8,7 @@ the next episode), closed when the episode ends; the browser closes with the env
 
 from __future__ import annotations
 
+from gym_llm.core.pickling import ConstructorPickle
 import asyncio
 import importlib.util
 import logging
@@ -62,7 +63,7 @@ def _schemas(prefix: str, page_view: str) -> list[dict[str, Any]]:
     return [function_schema(prefix + name, description, parameters) for name, description, parameters in specs]
 
 
-class BrowserTool:
+class BrowserTool(ConstructorPickle):
     """A headless Chromium the model drives with navigate / read / click / type / links / back.
 
     Args:

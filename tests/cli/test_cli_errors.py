@@ -1,0 +1,154 @@
+"""A newcomer's mistakes, each in a subprocess as a user would run it: exit status 2, no traceback, a message that
+names the fix, and no engine (or trainable model) started for bad input.
+
+The command runs through ``gym_llm_adapters.cli.main`` in a fresh interpreter where starting an engine or loading a
+policy aborts with ``ENGINE STARTED`` — so a check that runs too late fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import shared_data_dir
+
+REPO = Path(__file__).resolve().parents[2]
+GSM8K = str(shared_data_dir() / "gsm8k" / "test.jsonl")
+
+GUARDED = """
+import sys
+import gym_llm_adapters.training.setup as setup
+def forbidden(*args, **kwargs):
+    print("ENGINE STARTED", file=sys.stderr)
+    raise SystemExit(99)
+setup.build_engine = setup.load_policy = forbidden
+from gym_llm_adapters.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def gym_llm(*argv: str, cwd: Path | None = None, guarded: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters")]), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", GUARDED, *argv] if guarded else [sys.executable, "-m", "gym_llm_adapters.cli", *argv]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def assert_user_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and "ENGINE STARTED" not in done.stderr, done.stderr[-2000:]
+    last = [line for line in done.stderr.strip().splitlines() if line.strip()][-1]
+    for fragment in fragments:
+        assert fragment in done.stderr, (fragment, done.stderr[-1500:])
+    return last
+
+
+# ---------------------------------------------------------------------------- 1. defaults fit the model
+def test_the_simplest_eval_runs_with_the_tiny_model(tmp_path):
+    done = gym_llm("eval", "LLMGSM8K-v0", "--model", "tiny", "--n", "2", "--data-files", GSM8K, "--engine", "hf",
+                   "--max-new-tokens", "8", "--no-progress", "--out", str(tmp_path / "e.jsonl"), guarded=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "pass rate" in done.stdout
+    assert "the longest sequence this model takes" in done.stderr  # 4096 clamped to the tiny model's 2048, said
+
+
+# ---------------------------------------------------------------------------- 2./3. bad input, found first
+@pytest.mark.parametrize("argv,fragments", [
+    (["eval", "LLMGSM8k-v0"], ["unknown env id 'LLMGSM8k-v0'", "did you mean 'LLMGSM8K-v0'"]),
+    (["train", "grpo", "--env", "LLMChatt-v0"], ["unknown env id", "did you mean 'LLMChat-v0'"]),
+    (["play", "NoSuchEnv-v9"], ["unknown env id", "gym-llm list"]),
+    (["train", "grpo"], ["which env?", "--env"]),
+    (["eval", "LLMGSM8K-v0", "--n", "0"], ["--n", "expected a whole number >= 1"]),
+    (["eval", "LLMGSM8K-v0", "--top-p", "1.5"], ["--top-p", "(0, 1]"]),
+    (["eval", "LLMGSM8K-v0", "--temperature", "hot"], ["--temperature", "expected a number"]),
+    (["train", "grpo", "--env", "LLMGSM8K-v0", "--steps", "-3"], ["--steps", ">= 1"]),
+    (["train", "grpo", "--env", "LLMGSM8K-v0", "--group-size", "1", "--source", "arithmetic", "--model", "tiny",
+      "--max-new-tokens", "8"], ["group_size must be >= 2"]),
+    (["eval", "LLMGSM8K-v0", "--model", "no-such-model", "--source", "arithmetic"], ["--model 'no-such-model'",
+                                                                                     "embedded models"]),
+    (["eval", "LLMGSM8K-v0", "--source", "arithmetic", "--max-seq-len", "99999"], ["--max-seq-len 99999",
+                                                                                   "2048 or less"]),
+    (["eval", "LLMGSM8K-v0", "--source", "arithmetic", "--env-arg", "max_turnz=2"], ["cannot be made",
+                                                                                      "max_turnz"]),
+])
+def test_bad_input_is_one_clear_line_before_any_engine(argv, fragments):
+    assert_user_error(gym_llm(*argv), *fragments)
+
+
+def test_a_typo_in_data_files_is_found_before_the_engine():
+    last = assert_user_error(gym_llm("eval", "LLMGSM8K-v0", "--data-files", "../shared/data/gsm8k/tset.jsonl"),
+                             "no such file", "--source arithmetic")
+    assert last.startswith("gym-llm eval: error: --data-files")
+
+
+@pytest.mark.parametrize("content,fragments", [
+    ("learning_rat = 1e-4\n", ["unknown key 'learning_rat'", "did you mean 'learning_rate'"]),
+    ("steps = \n", ["not valid TOML"]),
+    ("steps = 'many'\n", ["steps = 'many'", "whole number"]),
+    ("lr_schedule = 'cosin'\n", ["lr_schedule", "not one of"]),
+])
+def test_bad_toml_is_named_with_the_closest_key(tmp_path, content, fragments):
+    config = tmp_path / "bad.toml"
+    config.write_text('env = "LLMGSM8K-v0"\n' + content)
+    assert_user_error(gym_llm("train", "grpo", "--config", str(config), "--out", str(tmp_path / "run")), *fragments)
+
+
+# ---------------------------------------------------------------------------- 4. every env for every command
+def test_commands_refuse_envs_they_cannot_run_saying_why():
+    last = assert_user_error(gym_llm("eval", "LLMHashing-v0", "--n", "2"), "token-level env")
+    assert "gym-llm play LLMHashing-v0" in last
+    assert_user_error(gym_llm("train", "grpo", "--env", "LLMHashing-v0"), "token-level env")
+    listing = json.loads(gym_llm("list", "--json", guarded=False).stdout)
+    commands = {e["id"]: e["commands"] for e in listing}
+    assert commands["LLMHashing-v0"] == ["play"] and commands["LLMGSM8K-v0"] == ["play", "eval", "train"]
+
+
+# ---------------------------------------------------------------------------- 5. runs never mix
+def test_eval_out_refuses_an_existing_file_and_appends_with_fresh_group_ids(tmp_path):
+    from gym_llm_adapters.rollout_io import read_rollouts
+
+    out = tmp_path / "eval.jsonl"
+    common = ["eval", "LLMGSM8K-v0", "--model", "tiny", "--engine", "hf", "--n", "4", "--batch", "2",
+              "--source", "arithmetic", "--max-new-tokens", "4", "--no-progress", "--out", str(out)]
+    assert gym_llm(*common, guarded=False).returncode == 0
+    first = read_rollouts(out)
+    assert_user_error(gym_llm(*common), "already exists", "--overwrite", "--append")
+    assert gym_llm(*common, "--append", guarded=False).returncode == 0
+    both = read_rollouts(out)
+    assert len(both) == 2 * len(first)
+    old, new = {t.group_id for t in both[: len(first)]}, {t.group_id for t in both[len(first):]}
+    assert old and new and not old & new  # appended groups never collide with the earlier run's
+    assert gym_llm(*common, "--overwrite", guarded=False).returncode == 0
+    assert len(read_rollouts(out)) == len(first)
+
+
+def test_train_out_holding_a_run_needs_resume(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
+    (run / "checkpoints" / "step-000002" / "trainer_state.json").write_text("{}")
+    base = ["train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny"]
+    assert_user_error(gym_llm(*base, "--out", str(run)), "already holds a run", "--resume")
+    assert_user_error(gym_llm(*base, "--out", str(tmp_path / "new"), "--resume"), "no run to continue")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("mine")
+    assert_user_error(gym_llm(*base, "--out", str(tmp_path / "junk")), "other files in it")
+
+
+# ---------------------------------------------------------------------------- internal errors still say so
+def test_an_internal_error_shows_its_traceback_and_where_to_report_it(tmp_path):
+    script = ("import sys\nimport gym_llm_adapters.cli.list_envs as l\n"
+              "def boom(args):\n    raise RuntimeError('a bug')\n"
+              "l.run = boom\nfrom gym_llm_adapters.cli import main\nsys.exit(main(['list']))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "RuntimeError: a bug" in done.stderr
+    assert "report it at" in done.stderr
+
+
+def test_debug_shows_the_traceback_of_a_user_error():
+    done = gym_llm("--debug", "eval", "NoSuchEnv-v0")
+    assert done.returncode == 2 and "Traceback" in done.stderr and "UsageError" in done.stderr
