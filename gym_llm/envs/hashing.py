@@ -212,8 +212,7 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         if isinstance(actions, (list, tuple)) and len(actions) == self.num_envs:
             for i, action in enumerate(actions):  # per sub-env first, so the error says which one
                 if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
-                    raise TypeError(f"{self.where(i)}: a token id must be an int, got {type(action).__name__} "
-                                    f"{action!r}.")
+                    self._refuse(i, action)
         try:
             tokens = np.asarray(actions)
         except Exception as e:  # ragged lists and other odd objects
@@ -231,9 +230,16 @@ class LLMHashingVectorEnv(LLMVectorEnv):
             out_of_range = checked.size and (checked.min() < 0 or checked.max() >= self._vocab_size)
         if out_of_range:
             bad = int(np.flatnonzero(live & ((tokens < 0) | (tokens >= self._vocab_size)))[0])
-            raise ValueError(f"{self.where(bad)}: token id {int(tokens[bad])} is outside the vocabulary "
-                             f"[0, {self._vocab_size}).")
+            self._refuse(bad, int(tokens[bad]))
         return tokens.astype(np.int64, copy=False)
+
+    def _refuse(self, i: int, action: Any) -> None:
+        """Raise the scalar env's own error for ``action`` (:func:`check_token_id`), naming sub-env ``i``."""
+        try:
+            check_token_id(action, self._vocab_size)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{self.where(i)}: {e}") from None
+        raise AssertionError("unreachable: the action was refused by the vector check")
 
     def _infos(self) -> dict[str, Any]:
         """Every sub-env's step info as Gymnasium's dict of arrays. Arrays that change only at resets

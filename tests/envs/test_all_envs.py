@@ -157,47 +157,80 @@ def _bad_per_env_actions(space) -> list:
     return common + ["x", 1.5, -1, vocab, np.float32(2.0)]
 
 
+def _bad_batched_actions(space, n: int) -> list:
+    """Bad whole-batch actions for a native vector env: the wrong number of actions, and (tokens mode) a batched dict
+    of the wrong shape or dtype, NaN ids, or a mask that is not 0/1."""
+    bad: list = [[], [space.sample() for _ in range(n + 1)], None]
+    if isinstance(space, gym.spaces.Dict):
+        length = space["input_ids"].shape[0]
+        ids, mask = np.zeros((n, length), np.int64), np.ones((n, length), np.int64)
+        bad += [{"input_ids": ids[: n - 1], "attention_mask": mask[: n - 1]},
+                {"input_ids": ids.astype(bool), "attention_mask": mask},
+                {"input_ids": np.full((n, length), np.nan), "attention_mask": mask},
+                {"input_ids": ids, "attention_mask": mask * 2},
+                {"input_ids": ids}]
+    return bad
+
+
 @pytest.mark.parametrize("env_id,case", env_cases(), ids=CASE_IDS)
 def test_vector_and_scalar_reject_the_same_bad_inputs_naming_the_sub_env(env_id, case):
-    """A bad action for one sub-env (first, middle or last) of a native vector env: a TypeError/ValueError naming
-    that sub-env, its task and group; no sub-env changes (a twin env that never saw it then steps identically);
-    and the scalar env rejects the same input."""
+    """Every bad action (bool, NaN, out of range, wrong shape/dtype, bytes, None, ...) at the first, the middle and
+    the last sub-env of a native vector env: a TypeError/ValueError naming that sub-env, its task and group; no
+    sub-env changes (a twin env that never saw it then steps identically). The scalar env rejects the same input with
+    the same kind of error and the same message (less the sub-env), and is unchanged too (its twin steps identically).
+    Bad whole-batch actions (wrong count; tokens mode: a batched dict of the wrong shape, dtype or mask) are rejected
+    with the envs unchanged as well."""
     n = 3
     kwargs = make_kwargs(env_id, case)
     envs, twin = (gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **make_kwargs(env_id, case))
                   for _ in range(2))
-    scalar = gym.make(env_id, **kwargs)
-    scalar.reset(seed=0)
+    scalar, scalar_twin = gym.make(env_id, **kwargs), gym.make(env_id, **make_kwargs(env_id, case))
     space = envs.single_action_space
     bad_inputs = _bad_per_env_actions(space)
+    text = isinstance(space, gym_llm.UnicodeText)
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(seed=st.integers(0, 2**16), bad=st.sampled_from(range(len(bad_inputs))), position=st.sampled_from([0, 1, 2]))
-    def run(seed, bad, position):
-        _, infos = envs.reset(seed=seed)
-        twin.reset(seed=seed)
-        space.seed(seed)
-        valid = [space.sample() for _ in range(n)]
-        actions = list(valid)
-        actions[position] = bad_inputs[bad]
-        with pytest.raises((TypeError, ValueError)) as caught:
-            envs.step(tuple(actions) if isinstance(space, gym_llm.UnicodeText) else actions)
-        where = f"sub-env {position} (task {int(infos['task_id'][position])}, group {int(infos['group_id'][position])})"
-        assert where in str(caught.value), str(caught.value)
-        with pytest.raises((TypeError, ValueError)):
-            scalar.step(bad_inputs[bad])
-        step = tuple(valid) if isinstance(space, gym_llm.UnicodeText) else valid
-        got, want = envs.step(step), twin.step(step)
-        for a, b in zip(got, want):
-            assert_same(without(a, "elapsed_s") if isinstance(a, dict) else a,
-                        without(b, "elapsed_s") if isinstance(b, dict) else b)
+    def same(a, b):
+        for x, y in zip(a, b):
+            assert_same(without(x, "elapsed_s") if isinstance(x, dict) else x,
+                        without(y, "elapsed_s") if isinstance(y, dict) else y)
 
     try:
-        run()
+        for k, bad in enumerate(bad_inputs):
+            for position in range(n):
+                seed = 100 * k + position
+                _, infos = envs.reset(seed=seed)
+                twin.reset(seed=seed)
+                space.seed(seed)
+                valid = [space.sample() for _ in range(n)]
+                actions = list(valid)
+                actions[position] = bad
+                with pytest.raises((TypeError, ValueError)) as vector_error:
+                    envs.step(tuple(actions) if text else actions)
+                where = (f"sub-env {position} (task {int(infos['task_id'][position])}, "
+                         f"group {int(infos['group_id'][position])})")
+                message = str(vector_error.value)
+                assert where in message, message
+                scalar.reset(seed=seed)
+                scalar_twin.reset(seed=seed)
+                with pytest.raises((TypeError, ValueError)) as scalar_error:
+                    scalar.step(bad)
+                assert type(scalar_error.value) is type(vector_error.value), (scalar_error.value, vector_error.value)
+                assert str(scalar_error.value) in message, (str(scalar_error.value), message)  # the same words
+                step = tuple(valid) if text else valid
+                same(envs.step(step), twin.step(step))
+                same(scalar.step(valid[position]), scalar_twin.step(valid[position]))
+        for k, bad in enumerate(_bad_batched_actions(space, n)):
+            envs.reset(seed=7 + k)
+            twin.reset(seed=7 + k)
+            space.seed(k)
+            with pytest.raises((TypeError, ValueError)):
+                envs.step(bad)
+            valid = [space.sample() for _ in range(n)]
+            step = tuple(valid) if text else valid
+            same(envs.step(step), twin.step(step))
     finally:
-        envs.close()
-        twin.close()
-        scalar.close()
+        for env in (envs, twin, scalar, scalar_twin):
+            env.close()
 
 
 @pytest.mark.parametrize("env_id,module,extra", [("LLMIFEval-v0", "if_verifiable", "ifeval"),
