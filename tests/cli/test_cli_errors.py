@@ -38,6 +38,29 @@ def gym_llm(*argv: str, cwd: Path | None = None, guarded: bool = True, timeout: 
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
+@pytest.fixture
+def in_process(monkeypatch, capsys):
+    """``main(argv)`` in this process (fast), with starting an engine or loading a policy forbidden; returns
+    ``(exit status, stderr)``."""
+    import gym_llm_adapters.training.setup as setup
+    from gym_llm_adapters.cli import main
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("ENGINE STARTED")
+
+    monkeypatch.setattr(setup, "build_engine", forbidden)
+    monkeypatch.setattr(setup, "load_policy", forbidden)
+
+    def run(*argv: str) -> tuple[int, str]:
+        try:
+            status = main(list(argv))
+        except SystemExit as e:  # argparse's own errors exit 2 with a usage line
+            status = e.code
+        return status, capsys.readouterr().err
+
+    return run
+
+
 def assert_user_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr and "ENGINE STARTED" not in done.stderr, done.stderr[-2000:]
@@ -75,8 +98,17 @@ def test_the_simplest_eval_runs_with_the_tiny_model(tmp_path):
     (["eval", "LLMGSM8K-v0", "--source", "arithmetic", "--env-arg", "max_turnz=2"], ["cannot be made",
                                                                                       "max_turnz"]),
 ])
-def test_bad_input_is_one_clear_line_before_any_engine(argv, fragments):
-    assert_user_error(gym_llm(*argv), *fragments)
+def test_bad_input_is_one_clear_line_before_any_engine(in_process, argv, fragments):
+    status, err = in_process(*argv)
+    assert status == 2 and "Traceback" not in err and "ENGINE STARTED" not in err, err[-2000:]
+    for fragment in fragments:
+        assert fragment in err, (fragment, err[-1500:])
+
+
+def test_bad_input_as_a_user_runs_it():
+    """One of the above in a real subprocess: what the terminal shows."""
+    last = assert_user_error(gym_llm("eval", "LLMGSM8k-v0", "--n", "2"), "did you mean 'LLMGSM8K-v0'")
+    assert last.startswith("gym-llm eval: error: unknown env id")
 
 
 def test_a_typo_in_data_files_is_found_before_the_engine():
@@ -91,18 +123,31 @@ def test_a_typo_in_data_files_is_found_before_the_engine():
     ("steps = 'many'\n", ["steps = 'many'", "whole number"]),
     ("lr_schedule = 'cosin'\n", ["lr_schedule", "not one of"]),
 ])
-def test_bad_toml_is_named_with_the_closest_key(tmp_path, content, fragments):
+def test_bad_toml_is_named_with_the_closest_key(in_process, tmp_path, content, fragments):
     config = tmp_path / "bad.toml"
     config.write_text('env = "LLMGSM8K-v0"\n' + content)
-    assert_user_error(gym_llm("train", "grpo", "--config", str(config), "--out", str(tmp_path / "run")), *fragments)
+    status, err = in_process("train", "grpo", "--config", str(config), "--out", str(tmp_path / "run"))
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def test_bad_toml_as_a_user_runs_it(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('env = "LLMGSM8K-v0"\nlearning_rat = 1e-4\n')
+    assert_user_error(gym_llm("train", "grpo", "--config", str(config)), "did you mean 'learning_rate'")
 
 
 # ---------------------------------------------------------------------------- 4. every env for every command
-def test_commands_refuse_envs_they_cannot_run_saying_why():
+def test_commands_refuse_envs_they_cannot_run_saying_why(in_process, capsys):
     last = assert_user_error(gym_llm("eval", "LLMHashing-v0", "--n", "2"), "token-level env")
     assert "gym-llm play LLMHashing-v0" in last
-    assert_user_error(gym_llm("train", "grpo", "--env", "LLMHashing-v0"), "token-level env")
-    listing = json.loads(gym_llm("list", "--json", guarded=False).stdout)
+    status, err = in_process("train", "grpo", "--env", "LLMHashing-v0")
+    assert status == 2 and "token-level env" in err
+    from gym_llm_adapters.cli import main
+
+    assert main(["list", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
     commands = {e["id"]: e["commands"] for e in listing}
     assert commands["LLMHashing-v0"] == ["play"] and commands["LLMGSM8K-v0"] == ["play", "eval", "train"]
 
@@ -126,16 +171,18 @@ def test_eval_out_refuses_an_existing_file_and_appends_with_fresh_group_ids(tmp_
     assert len(read_rollouts(out)) == len(first)
 
 
-def test_train_out_holding_a_run_needs_resume(tmp_path):
+def test_train_out_holding_a_run_needs_resume(in_process, tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints" / "step-000002").mkdir(parents=True)
     (run / "checkpoints" / "step-000002" / "trainer_state.json").write_text("{}")
     base = ["train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny"]
     assert_user_error(gym_llm(*base, "--out", str(run)), "already holds a run", "--resume")
-    assert_user_error(gym_llm(*base, "--out", str(tmp_path / "new"), "--resume"), "no run to continue")
-    (tmp_path / "junk").mkdir()
-    (tmp_path / "junk" / "notes.txt").write_text("mine")
-    assert_user_error(gym_llm(*base, "--out", str(tmp_path / "junk")), "other files in it")
+    for argv, fragment in (([*base, "--out", str(tmp_path / "new"), "--resume"], "no run to continue"),
+                           ([*base, "--out", str(tmp_path / "junk")], "other files in it")):
+        (tmp_path / "junk").mkdir(exist_ok=True)
+        (tmp_path / "junk" / "notes.txt").write_text("mine")
+        status, err = in_process(*argv)
+        assert status == 2 and fragment in err, err
 
 
 # ---------------------------------------------------------------------------- internal errors still say so
@@ -149,6 +196,6 @@ def test_an_internal_error_shows_its_traceback_and_where_to_report_it(tmp_path):
     assert "report it at" in done.stderr
 
 
-def test_debug_shows_the_traceback_of_a_user_error():
-    done = gym_llm("--debug", "eval", "NoSuchEnv-v0")
-    assert done.returncode == 2 and "Traceback" in done.stderr and "UsageError" in done.stderr
+def test_debug_shows_the_traceback_of_a_user_error(in_process):
+    status, err = in_process("--debug", "eval", "NoSuchEnv-v0")
+    assert status == 2 and "Traceback" in err and "UsageError" in err
