@@ -109,7 +109,8 @@ def test_tools_pickle_as_their_configuration_too():
             copy.reset(seed=0)
             _, _, _, _, info = copy.step("```python\nprint(6 * 7)\n```")
             assert '"status": "ok"' in info["tool_calls"]
-            assert copy.unwrapped._constructor[2]["python_tool"].timeout_s == 5.0
+            tool_copy = copy.unwrapped._constructor[2]["python_tool"]
+            assert tool_copy is not tool and tool_copy._constructor[2] == {"timeout_s": 5.0, "min_idle": 0}
         finally:
             copy.close()
     finally:

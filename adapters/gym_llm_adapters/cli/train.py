@@ -153,7 +153,7 @@ def config_from_args(args: argparse.Namespace):
         lr_schedule=args.lr_schedule,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm or None, num_tasks=args.num_tasks,
         group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_p=args.top_p, max_seq_len=args.max_seq_len, beta=args.beta, epsilon=args.epsilon,
+        top_p=args.top_p, max_seq_len=args.max_seq_len or 2048, beta=args.beta, epsilon=args.epsilon,
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
         mask_truncated_completions=args.mask_truncated_completions,

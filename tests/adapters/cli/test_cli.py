@@ -139,5 +139,7 @@ def test_config_file_gives_defaults_that_flags_override(tmp_path):
     assert (config.env_id, config.steps, config.learning_rate) == ("LLMGSM8K-v0", 3, 0.001)
     assert config.env_kwargs == {"max_operand": 4}
     toml.write_text("stepz = 7\n")
-    with pytest.raises(SystemExit, match="unknown option 'stepz'; valid: .*steps"):
+    from gym_llm_adapters.cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown key 'stepz' \\(did you mean 'steps'\\?\\)"):  # exit 2 via main()
         parse_args(["train", "grpo", "--config", str(toml)])
