@@ -9,9 +9,12 @@ wall time changes: the run is deterministic, and the test asserts on its output 
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,7 +34,7 @@ class Finished:
 
 @dataclass
 class _Job:
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: another pytest-xdist worker started it
     out_dir: Path
     stdout: Path
     stderr: Path
@@ -46,12 +49,27 @@ def register(test_name: str, command: Command) -> None:
     _COMMANDS[test_name] = command
 
 
+def _base() -> Path:
+    """One folder per test run, shared by pytest-xdist workers (they see the same ``PYTEST_XDIST_TESTRUNUID``)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    base = Path(tempfile.gettempdir()) / f"gym-llm-background-{run}"
+    base.mkdir(exist_ok=True)
+    return base
+
+
 def _start(test_name: str) -> _Job:
-    out_dir = Path(tempfile.mkdtemp(prefix=f"gym-llm-{test_name}-"))
-    argv, env, cwd = _COMMANDS[test_name](out_dir)
+    out_dir = _base() / test_name
     stdout, stderr = out_dir / "stdout.txt", out_dir / "stderr.txt"
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=err)
+    try:
+        out_dir.mkdir()  # whoever makes the folder runs the job; other xdist workers read its result
+    except FileExistsError:
+        _JOBS[test_name] = _Job(None, out_dir, stdout, stderr)
+        return _JOBS[test_name]
+    argv, env, cwd = _COMMANDS[test_name](out_dir)
+    wrapper = ['sh', '-c', '"$@" >"$GYM_LLM_JOB/stdout.txt" 2>"$GYM_LLM_JOB/stderr.txt"; '
+               'echo $? >"$GYM_LLM_JOB/rc.tmp"; mv "$GYM_LLM_JOB/rc.tmp" "$GYM_LLM_JOB/rc"', "sh", *argv]
+    process = subprocess.Popen(wrapper, env={**env, "GYM_LLM_JOB": str(out_dir)}, cwd=cwd, start_new_session=True)
+    (out_dir / "pgid").write_text(str(process.pid))
     _JOBS[test_name] = _Job(process, out_dir, stdout, stderr)
     return _JOBS[test_name]
 
@@ -67,20 +85,38 @@ def start_selected(items: list) -> None:
 def result(test_name: str, timeout_s: float) -> Finished:
     """Wait for ``test_name``'s command (started now if it was not) and return what it did."""
     job = _JOBS.get(test_name) or _start(test_name)
-    try:
-        job.process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        job.process.kill()
+    rc_file = job.out_dir / "rc"
+    deadline = time.monotonic() + timeout_s
+    while not rc_file.exists():
+        if time.monotonic() > deadline:
+            if job.process is not None:
+                os.killpg(job.process.pid, signal.SIGKILL)
+                job.process.wait()
+            raise subprocess.TimeoutExpired(str(test_name), timeout_s)
+        time.sleep(0.2)
+    if job.process is not None:
         job.process.wait()
-        raise
-    return Finished(job.process.returncode, job.stdout.read_text(), job.stderr.read_text(), job.out_dir)
+    code = int(rc_file.read_text().strip())
+    return Finished(code if code < 128 else -(code - 128), job.stdout.read_text(), job.stderr.read_text(), job.out_dir)
 
 
-def stop_all() -> None:
-    """End what is still running and remove the output folders (at the end of the session)."""
+def stop_all(remove: bool = True) -> None:
+    """At the end of the session: end every job still running and delete the run's output folders. A pytest-xdist
+    worker passes ``remove=False`` and leaves both to the controller, which ends last (another worker may still be
+    waiting on a job this one started)."""
+    if not remove:
+        return
     for job in _JOBS.values():
-        if job.process.poll() is None:
+        if job.process is not None and job.process.poll() is None:
             job.process.kill()
+    base = _base()
+    for pgid in base.glob("*/pgid"):
+        try:
+            os.killpg(int(pgid.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass
+    for job in _JOBS.values():
+        if job.process is not None:
             job.process.wait()
-        shutil.rmtree(job.out_dir, ignore_errors=True)
     _JOBS.clear()
+    shutil.rmtree(base, ignore_errors=True)

@@ -58,6 +58,17 @@ def tiny_tok():
     return tiny_tokenizer()
 
 
+def pytest_configure(config):
+    """Under pytest-xdist the controller fixes the run's id, so it and every worker find the background jobs'
+    shared folder (tests/background.py)."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        import uuid
+
+        if getattr(config.option, "testrunuid", None) is None:
+            config.option.testrunuid = uuid.uuid4().hex
+        os.environ["PYTEST_XDIST_TESTRUNUID"] = config.option.testrunuid
+
+
 def pytest_collection_modifyitems(session, config, items):
     from tests import background
 
@@ -67,4 +78,5 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_sessionfinish(session, exitstatus):
     from tests import background
 
-    background.stop_all()
+    worker = hasattr(session.config, "workerinput")  # a pytest-xdist worker: the controller removes the outputs
+    background.stop_all(remove=not worker)

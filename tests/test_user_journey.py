@@ -66,12 +66,13 @@ def test_the_first_commands_a_newcomer_runs(tmp_path):
     # docs/cli.md: answer generated a + b problems yourself
     played = gym_llm("play", "LLMGSM8K-v0", "--source", "arithmetic", cwd=tmp_path, stdin="I think\n#### 7\n.\n")
     assert played.returncode == 0 and "reward" in played.stdout and "mean return" in played.stdout, played.stderr
-    evaluated = gym_llm("eval", "LLMGSM8K-v0", "--model", "tiny", "--source", "arithmetic", "--n", "4",
-                        "--max-new-tokens", "8", "--no-progress", "--out", "runs/eval.jsonl", cwd=tmp_path)
+    evaluated = gym_llm("eval", "LLMGSM8K-v0", "--model", "tiny", "--engine", "hf", "--source", "arithmetic", "--n",
+                        "4", "--max-new-tokens", "8", "--no-progress", "--out", "runs/eval.jsonl", cwd=tmp_path)
     assert evaluated.returncode == 0 and "pass rate" in evaluated.stdout, evaluated.stderr[-2000:]
     assert (tmp_path / "runs" / "eval.jsonl").is_file() and (tmp_path / "runs" / "eval.rewards.png").is_file()
     trained = gym_llm("train", "grpo", "--config", str(REPO / "examples" / "configs" / "arithmetic_tiny.toml"),
-                      "--steps", "2", "--sft-warmup-steps", "2", "--eval-episodes", "8", "--no-progress",
+                      "--engine", "hf", "--steps", "2", "--sft-warmup-steps", "2", "--eval-episodes", "8",
+                      "--no-progress",
                       "--out", "runs/train", cwd=tmp_path)
     assert trained.returncode == 0 and "done after 4 steps" in trained.stdout, trained.stderr[-3000:]
     assert (tmp_path / "runs" / "train" / "curves.png").is_file()

@@ -7,8 +7,8 @@ process of a :class:`~gym_llm.rewards.deadline.WorkerPool`: past ``timeout_s`` t
 :class:`~gym_llm.rewards.deadline.DeadlineExceeded` (the env grades the reply 0 with ``info["reward_error"]``); up to
 ``max(1, num_workers)`` replies are scored at once (the vector env's ``respond`` threads each hand one sub-env's reply
 to a free worker). Workers are plain subprocesses (never ``fork``: the vector env has threads running), started on
-first use; each runs :func:`~gym_llm.rewards.ifeval.prepare` once when it starts (~1-2 s), outside any deadline. The
-hand-off costs ~40 µs per reply (a reply takes ~1.6 ms to score).
+first use and shared by every scorer of the process; each runs :func:`~gym_llm.rewards.ifeval.prepare` once when it
+starts (~1-2 s), outside any deadline. The hand-off costs ~40 µs per reply (a reply takes ~1.6 ms to score).
 """
 
 from __future__ import annotations
@@ -29,6 +29,22 @@ IFEVAL_TIMEOUT_S = 10.0
 
 ScoreItem = tuple[str, Sequence[str], Sequence[Mapping[str, Any] | None], "str | None"]
 """``(response, instruction_id_list, kwargs, prompt)``."""
+
+
+_POOL: Any = None
+_POOL_LOCK = threading.Lock()
+
+
+def _shared_pool() -> Any:
+    """The process's IFEval deadline workers (started on first use, each running ``prepare()`` once): every scorer
+    and env shares them, so a new env does not pay a worker start. Concurrent callers each get a worker."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from gym_llm.rewards.deadline import WorkerPool
+
+            _POOL = WorkerPool(preload=("gym_llm.rewards._ifeval_worker",))
+        return _POOL
 
 
 def _evaluate_item(item: ScoreItem) -> IFEvalResult:
@@ -60,7 +76,6 @@ class IFEvalScorer:
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self._slots = threading.BoundedSemaphore(max(1, num_workers))
-        self._pool: Any = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -68,12 +83,7 @@ class IFEvalScorer:
         with self._lock:
             if self._closed:
                 raise RuntimeError("This IFEvalScorer is closed; make a new one (or a new env).")
-            if self._pool is None:
-                from gym_llm.rewards.deadline import WorkerPool
-
-                self._pool = WorkerPool(preload=("gym_llm.rewards._ifeval_worker",),
-                                        max_idle=max(1, self.num_workers))
-            return self._pool
+            return _shared_pool()
 
     def evaluate(
         self,
@@ -97,12 +107,10 @@ class IFEvalScorer:
             return list(threads.map(lambda item: self.evaluate(*item), items))
 
     def close(self) -> None:
-        """Stop the worker processes (idempotent)."""
+        """Stop using the workers (idempotent). They are shared by every scorer of the process and stay warm for the
+        next env; they exit with the process."""
         with self._lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
 
     def __enter__(self) -> "IFEvalScorer":
         return self

@@ -153,21 +153,22 @@ def test_commands_refuse_envs_they_cannot_run_saying_why(in_process, capsys):
 
 
 # ---------------------------------------------------------------------------- 5. runs never mix
-def test_eval_out_refuses_an_existing_file_and_appends_with_fresh_group_ids(tmp_path):
+def test_eval_out_refuses_an_existing_file_and_appends_with_fresh_group_ids(tmp_path, capsys):
+    from gym_llm_adapters.cli import main
     from gym_llm_adapters.rollout_io import read_rollouts
 
     out = tmp_path / "eval.jsonl"
     common = ["eval", "LLMGSM8K-v0", "--model", "tiny", "--engine", "hf", "--n", "4", "--batch", "2",
               "--source", "arithmetic", "--max-new-tokens", "4", "--no-progress", "--out", str(out)]
-    assert gym_llm(*common, guarded=False).returncode == 0
+    assert main(common) == 0  # the runs themselves in this process (fast); the refusal as a user sees it
     first = read_rollouts(out)
     assert_user_error(gym_llm(*common), "already exists", "--overwrite", "--append")
-    assert gym_llm(*common, "--append", guarded=False).returncode == 0
+    assert main([*common, "--append"]) == 0
     both = read_rollouts(out)
     assert len(both) == 2 * len(first)
     old, new = {t.group_id for t in both[: len(first)]}, {t.group_id for t in both[len(first):]}
     assert old and new and not old & new  # appended groups never collide with the earlier run's
-    assert gym_llm(*common, "--overwrite", guarded=False).returncode == 0
+    assert main([*common, "--overwrite"]) == 0
     assert len(read_rollouts(out)) == len(first)
 
 

@@ -181,18 +181,27 @@ def vllm_checks(out_dir: str) -> dict[str, float]:
     return {"engine_gap": gap, "engine_kl": kl, **row}
 
 
-@pytest.fixture(scope="module")
-def vllm_results(tmp_path_factory):
+def _vllm_command(out_dir):
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "adapters")]),
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
-    out = tmp_path_factory.mktemp("vllm")
-    done = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True, env=env, timeout=600)
+    return [sys.executable, str(Path(__file__).resolve()), str(out_dir)], env, repo
+
+
+from tests import background  # noqa: E402
+
+# the vLLM checks start when the suite is collected and run beside it (tests/background.py)
+background.register("test_vllm_engine_reports_the_log_probs_the_trainer_computes", _vllm_command)
+
+
+@pytest.fixture(scope="module")
+def vllm_results():
+    name = "test_vllm_engine_reports_the_log_probs_the_trainer_computes"
+    done = background.result(name, timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

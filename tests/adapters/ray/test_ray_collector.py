@@ -15,6 +15,8 @@ from gym_llm_adapters.ray import EngineSpec, EnvSpec, EnvWorkerDiedError, RayCol
 from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts
 from gym_llm_adapters.types import RolloutBatch, StepRecord
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster: all Ray tests in one pytest-xdist worker
+
 
 def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_engine, tiny_tok, tmp_path):
     writer = RolloutWriter(tmp_path / "rollouts.jsonl")

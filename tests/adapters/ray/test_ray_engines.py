@@ -14,6 +14,8 @@ from ray_test_envs import SAMPLING, FlakyHFEngine, chat_spec, check_complete, ch
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
 from gym_llm_adapters.ray import EngineCallError, EngineDiedError, EngineSpec, PackedWeights, RayCollector
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster: all Ray tests in one pytest-xdist worker
+
 
 def test_packed_weights_round_trip_every_dtype():
     weights = {"a": torch.randn(3, 4), "b": torch.randn(5).to(torch.bfloat16), "c": torch.tensor(7),

@@ -17,6 +17,8 @@ from gym_llm_adapters.kl import ReferenceKL, ReferenceKLConfig
 from gym_llm_adapters.ray import RemoteReferenceKL
 from gym_llm_adapters.types import RolloutBatch
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster: all Ray tests in one pytest-xdist worker
+
 
 def rollout_batch(vocab_size: int, seed: int) -> RolloutBatch:
     rng = np.random.default_rng(seed)

@@ -10,6 +10,8 @@ from ray_test_envs import SAMPLING, chat_spec, check_complete, check_groups
 from gym_llm_adapters.ray import EngineGroup, EngineSpec, RayCollector
 from gym_llm_adapters.weights import WeightSync
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster: all Ray tests in one pytest-xdist worker
+
 
 @pytest.mark.slow
 def test_vllm_engine_actor_collects_and_takes_weights(ray_cluster, tiny_model_path, tiny_tok, hf_engine, fresh_hf_engine):
