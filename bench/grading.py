@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -30,13 +31,8 @@ import gymnasium as gym
 import gym_llm  # noqa: F401
 from gym_llm.rewards import gsm8k
 
-
-def _default_data() -> str:
-    for root in (os.environ.get("GYM_LLM_DATA"), Path(__file__).resolve().parents[1].parent / "shared" / "data",
-                 "/work/shared/data"):
-        if root and (Path(root) / "gsm8k" / "test.jsonl").is_file():
-            return str(Path(root) / "gsm8k" / "test.jsonl")
-    raise SystemExit("GSM8K test.jsonl not found: pass --data-files or set GYM_LLM_DATA.")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_overhead import _default_data  # noqa: E402  (the same GSM8K test split)
 
 
 STYLES = ("#### {n}", "\\boxed{{{n}}}", "The answer is {n}.")

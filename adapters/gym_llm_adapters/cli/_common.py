@@ -137,37 +137,25 @@ def _checked_config_value(path: str, key: str, value: Any, action: argparse.Acti
 
 
 # ---------------------------------------------------------------------------------------------- checks up front
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+def _number(convert: Any, accept: Any, expected: str) -> Any:
+    """An argparse type: ``convert(text)`` that ``accept`` takes, else an error saying ``expected`` and what came."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    parse.__name__ = convert.__name__
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    """An argparse type: a float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """An argparse type: a float in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
-    return value
+positive_int = _number(int, lambda v: v >= 1, "a whole number >= 1")
+non_negative_float = _number(float, lambda v: v >= 0, "a number >= 0")
+probability = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def check_env(env_id: str | None, command: str) -> Any:
