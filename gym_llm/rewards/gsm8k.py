@@ -345,12 +345,16 @@ def _several_final_answers(completion: str, method: str, value: Fraction | None)
     """The one-answer rule across the whole completion: every ``####`` line (or ``\\boxed{}``, when that is how
     the answer was found) must state the same value, and text after the last ``####`` line may not add a number."""
     if method == "####":
+        end = completion.find("\n", completion.rfind("####"))
+        after = "" if end < 0 else completion[end:]
+        if any(c.isdigit() for c in after):  # (the common case, nothing after the line, costs two string scans)
+            after = _CALCULATOR_RE.sub("", _clean(after))
+            stray = [n for n in _NUMBER_RE.findall(after) if _to_fraction(n) != value]
+            if stray:
+                return f"another number after the final answer ({', '.join(n.strip() for n in stray[:3])})"
+        if completion.count("####") == 1:
+            return None
         answers = [a.strip() for a in _HASHES_RE.findall(completion) if a.strip()]
-        last = list(_HASHES_RE.finditer(completion))[-1]
-        after = _CALCULATOR_RE.sub("", _clean(completion[last.end():]))
-        stray = [n for n in _NUMBER_RE.findall(after) if _to_fraction(n) != value]
-        if stray:
-            return f"another number after the final answer ({', '.join(n.strip() for n in stray[:3])})"
     elif method == "boxed":
         answers = [a.strip() for a in _boxed_contents(completion) if a.strip()]
     else:
