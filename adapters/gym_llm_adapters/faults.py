@@ -5,8 +5,8 @@ env shard) and the :class:`~gym_llm_adapters.ray.RayCollector` (a failing env wo
   that failed after its envs were stepped is restarted from a fresh reset: its in-flight episodes are dropped and so
   are finished episodes of its groups that can no longer complete (both counted in the stats), one warning names the
   cause (:func:`root_cause`), and the unit gets fresh group ids. Past ``max_restarts`` for one unit the budget
-  refuses: it raises :class:`CollectorBrokenError` naming the cause and the fix, and every later call raises it
-  again. A ``KeyboardInterrupt`` (or any ``BaseException`` that is not an ``Exception``) is never recovered from.
+  refuses: it raises :class:`CollectorBrokenError` naming the cause and the fix (the collector raises it again on
+  every later call). A ``KeyboardInterrupt`` (or any ``BaseException`` that is not an ``Exception``) is never recovered from.
 * :class:`HeldBatch` — **a batch is kept until it is on disk.** A failed write (``ENOSPC``, Ctrl-C) leaves nothing of
   the batch in the file (the writer cuts back to where it began) and the batch stays held; the next call writes and
   returns that same batch before collecting anything new.
@@ -60,19 +60,13 @@ class RestartBudget:
             raise ValueError(f"{option} must be an int >= 0, got {max_restarts!r}.")
         self.max_restarts, self.unit, self.option, self.stats = max_restarts, unit, option, stats
         self.restarts: dict[int, int] = {}
-        self.broken: CollectorBrokenError | None = None
-
-    def check(self) -> None:
-        """Raise the refusal again if the budget has refused."""
-        if self.broken is not None:
-            raise CollectorBrokenError(str(self.broken)) from self.broken.__cause__
 
     def failed(self, index: int, cause: BaseException, *, dropped: int, orphaned: int,
                restart: Callable[[], None]) -> None:
         """Unit ``index`` failed with ``cause``; ``dropped`` in-flight and ``orphaned`` finished episodes are lost.
 
-        Counts them, then calls ``restart()`` and logs one warning — or, past the limit, remembers and raises the
-        refusal (from ``cause``). A ``BaseException`` that is not an ``Exception`` (Ctrl-C) is re-raised as it is.
+        Counts them, then calls ``restart()`` and logs one warning — or, past the limit, raises the refusal (from
+        ``cause``; the collector keeps it and raises it again on every later call). A ``BaseException`` that is not an ``Exception`` (Ctrl-C) is re-raised as it is.
         """
         self.stats.episodes_dropped += dropped
         self.stats.episodes_orphaned += orphaned
@@ -80,12 +74,11 @@ class RestartBudget:
             raise cause
         done = self.restarts.get(index, 0)
         if done >= self.max_restarts:
-            self.broken = CollectorBrokenError(
+            raise CollectorBrokenError(
                 f"{self.unit.capitalize()} {index} failed ({root_cause(cause)}) after {done} restart(s); "
                 f"{self.option}={self.max_restarts}. Fix the env or its reward (the cause above; the full traceback "
                 f"is chained), or allow more restarts with {self.option}=N, then make a new collector "
-                "(or call reset() on a local Collector).")
-            raise self.broken from cause
+                "(or call reset() on a local Collector).") from cause
         self.restarts[index] = done + 1
         self.stats.restarts += 1
         restart()
@@ -94,9 +87,8 @@ class RestartBudget:
                        root_cause(cause), done + 1, self.max_restarts, dropped, orphaned)
 
     def reset(self) -> None:
-        """Forget the refusal and the restarts (a local collector's ``reset()``)."""
+        """Forget the restarts (a local collector's ``reset()``)."""
         self.restarts.clear()
-        self.broken = None
 
 
 class HeldBatch:
