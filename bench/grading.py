@@ -10,6 +10,9 @@ pathological answer cannot hang a step. This measures, in one run on the same an
 2. Where the deadline does apply (symbolic references, other datasets): math-verify through the deadline worker vs
    the same math-verify call in-process with no deadline, per call, on equivalent answers; the difference is the
    deadline's cost, reported as a fraction of the call and of a GSM8K env step.
+3. A user-supplied shaping hook (``reward_fn``, a length penalty): every env runs it in a deadline worker process by
+   default; wall time per sample of the same GSM8K vector steps with the hook isolated (default) vs called in the
+   env's thread (``reward_timeout_s=None``, no deadline).
 
     python bench/grading.py                     # 1,319 test problems (GSM8K test split)
     python bench/grading.py --steps 100
@@ -101,6 +104,32 @@ def deadline_overhead(repeats: int) -> tuple[float, float]:
     return times["direct"] / n, times["deadline"] / n
 
 
+def length_penalty(task, messages) -> float:
+    """A typical shaping hook: -0.001 per character of the reply."""
+    return -0.001 * len(messages[-1].content)
+
+
+def hook_overhead(data_files: str, rows: list[dict], batch: int, steps: int) -> tuple[float, float]:
+    """Wall seconds per sample of GSM8K vector steps with ``length_penalty`` isolated (default) and inline."""
+    texts = replies(rows)
+    out = {}
+    for name, timeout in (("inline", None), ("isolated", 30.0), ("inline", None), ("isolated", 30.0)):
+        envs = gym.make_vec("LLMGSM8K-v0", num_envs=batch, vectorization_mode="vector_entry_point",
+                            data_files=data_files, task_order="sequential", task_assignment="partition",
+                            reward_fn=length_penalty, reward_timeout_s=timeout)
+        try:
+            _, info = envs.reset(seed=0)
+            envs.step(tuple(texts[int(t)] for t in info["task_id"]))  # warm: the worker starts outside the timing
+            _, info = envs.reset(seed=0)
+            start = time.perf_counter()
+            for _ in range(steps):
+                _, _, _, _, info = envs.step(tuple(texts[int(t)] for t in info["task_id"]))
+            out[name] = min(out.get(name, float("inf")), (time.perf_counter() - start) / (steps * batch))
+        finally:
+            envs.close()
+    return out["isolated"], out["inline"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-files", default=None)
@@ -115,11 +144,13 @@ def main() -> None:
     per_sample, worker_calls, graded = env_step_cost(data, rows, args.batch, steps)
     direct, deadline = deadline_overhead(args.repeats)
     overhead = deadline - direct
+    isolated, inline = hook_overhead(data, rows, args.batch, steps)
     result = {
         "env_step_cpu_us_per_sample": per_sample * 1e6, "grades": graded, "grades_on_deadline_path": worker_calls,
         "deadline_cost_fraction_of_gsm8k_step": worker_calls / graded * overhead / per_sample,
         "math_verify_in_process_ms": direct * 1e3, "math_verify_with_deadline_ms": deadline * 1e3,
         "deadline_overhead_ms_per_check": overhead * 1e3, "deadline_overhead_fraction_of_check": overhead / direct,
+        "hook_inline_us_per_sample": inline * 1e6, "hook_isolated_us_per_sample": isolated * 1e6,
     }
     if args.json:
         print(json.dumps(result))
@@ -134,6 +165,9 @@ def main() -> None:
     print(f"math-verify on symbolic answers, {len(SYMBOLIC)} x {args.repeats}: in-process {direct * 1e3:.2f} ms, "
           f"under the deadline {deadline * 1e3:.2f} ms per check -> overhead {overhead * 1e3:+.3f} ms "
           f"({result['deadline_overhead_fraction_of_check']:+.1%} of a check)")
+    print(f"a user shaping hook (reward_fn) on the same steps, wall time per sample: in the env's thread "
+          f"{inline * 1e6:.0f} us, in its deadline worker (the default) {isolated * 1e6:.0f} us -> "
+          f"{(isolated - inline) * 1e6:+.0f} us per call ({isolated / inline:.2f}x the step)")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
 from gym_llm.core.vector import LLMVectorEnv
-from gym_llm.rewards.deadline import DeadlineExceeded
+from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, DeadlineExceeded, isolate_hook
 from gym_llm.tasks.loading import load_records
 
 __all__ = ["LLMChatEnv", "LLMChatVectorEnv", "ChatHandler", "RewardFn", "UserSimulator", "builtin_chat_prompts"]
@@ -35,8 +35,9 @@ def builtin_chat_prompts() -> list[dict[str, Any]]:
 
 
 def call_reward(reward_fn: RewardFn | None, task: Task, messages: Sequence[Message]) -> tuple[float, dict[str, Any]]:
-    """Run a reward hook and normalise its result to ``(float, info)``. A hook wrapped in
-    :func:`~gym_llm.rewards.deadline.with_deadline` that runs past its limit gives ``(0.0, {"reward_error": ...})``."""
+    """Run a reward hook and normalise its result to ``(float, info)``. A hook under a deadline (what the envs make
+    of every ``reward_fn``: :func:`~gym_llm.rewards.deadline.isolate_hook`) that runs past it gives
+    ``(0.0, {"reward_error": ...})``."""
     if reward_fn is None:
         return 0.0, {}
     try:
@@ -63,6 +64,7 @@ class ChatHandler:
         reward_fn: RewardFn | None = None,
         follow_ups: Sequence[str] | None = None,
         user_simulator: UserSimulator | None = None,
+        reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S,
     ):
         if reward_fn is not None and not callable(reward_fn):
             raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
@@ -72,7 +74,7 @@ class ChatHandler:
             )
         if follow_ups is not None and (isinstance(follow_ups, str) or not all(isinstance(f, str) for f in follow_ups)):
             raise TypeError("follow_ups must be a list of str (the user's scripted turns).")
-        self.reward_fn = reward_fn
+        self.reward_fn = isolate_hook(reward_fn, reward_timeout_s)
         self.follow_ups = tuple(follow_ups or ())
         self.user_simulator = user_simulator
 
@@ -101,6 +103,7 @@ def build_chat_core(
     follow_ups: Sequence[str] | None = None,
     user_simulator: UserSimulator | None = None,
     reward_fn: RewardFn | None = None,
+    reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S,
     task_order: TaskOrder = "shuffle",
     max_turns: int = 8,
     tools: Sequence[Any] | None = None,
@@ -109,7 +112,7 @@ def build_chat_core(
 ) -> EnvCore:
     records = builtin_chat_prompts() if prompts is None else load_records(prompts, split=split)
     tasks = tasks_from_records(records)
-    return chat_env_core(tasks, ChatHandler(reward_fn, follow_ups, user_simulator),
+    return chat_env_core(tasks, ChatHandler(reward_fn, follow_ups, user_simulator, reward_timeout_s),
                          ChatConfig(max_turns=max_turns, **chat_kwargs), task_order=task_order, tools=tools,
                          max_tool_calls_per_turn=max_tool_calls_per_turn)
 

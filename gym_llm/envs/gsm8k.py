@@ -6,6 +6,7 @@ from typing import Any, Literal, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.envs.chat import call_reward
+from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, isolate_hook
 from gym_llm.core.env import LLMEnv
 from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
@@ -119,11 +120,12 @@ class GSM8KHandler:
     """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it states
     ``#### N``, plus ``reward_fn(task, messages)`` (a shaping hook, e.g. a length penalty) if given."""
 
-    def __init__(self, format_reward: float = 0.0, reward_fn: Any = None):
+    def __init__(self, format_reward: float = 0.0, reward_fn: Any = None,
+                 reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S):
         if reward_fn is not None and not callable(reward_fn):
             raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
         self.format_reward = float(format_reward)
-        self.reward_fn = reward_fn
+        self.reward_fn = isolate_hook(reward_fn, reward_timeout_s)
 
     def respond(self, episode: ChatEpisode, reply: Message) -> Response:
         result = grade(reply.content, episode.task.answer)
@@ -158,6 +160,7 @@ def build_gsm8k_core(
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
     format_reward: float = 0.0,
     reward_fn: Any = None,
+    reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S,
     task_order: TaskOrder = "shuffle",
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
@@ -168,7 +171,7 @@ def build_gsm8k_core(
         dataset_config=dataset_config, split=split, num_generated=num_generated,
         generator_seed=generator_seed, max_operand=max_operand, prompt_template=prompt_template,
     )
-    return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn), ChatConfig(**chat_kwargs),
+    return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn, reward_timeout_s), ChatConfig(**chat_kwargs),
                          task_order=task_order, tools=tools, max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 

@@ -51,11 +51,11 @@ class HashingEpisode(Episode):
         return check_token_id(action, self.core.vocab_size)
 
     def terminal_reward(self) -> float:
-        if self.core.config.reward_fn is None:
+        if self.core.reward_fn is None:
             return 0.0
         n = int(self.chains.lengths[self.row])
         ids = self.chains.ids[self.row, :n].copy()
-        return float(self.core.config.reward_fn(self.task, ids, int(self.chains.prompt_lengths[self.row])))
+        return float(self.core.reward_fn(self.task, ids, int(self.chains.prompt_lengths[self.row])))
 
     def advance(self, action: int, response: Any) -> Transition:
         terminated, truncated = self.chains.append(self._row_index, np.array([action], dtype=np.int64))

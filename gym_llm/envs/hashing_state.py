@@ -19,6 +19,7 @@ from gym_llm.core.tasks import Task
 from gym_llm.core.templates import ChatRenderer
 from gym_llm.core.tokenizer import TokenizerView
 from gym_llm.envs.chain_hash import HASH_SEED, chain_hash
+from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, isolate_hook
 
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _M1, _M2, _PHI = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
@@ -47,7 +48,11 @@ class HashingConfig:
         max_text_chars: the text space's length; a longer text truncates the episode (default 64 L).
         apply_chat_template: render text prompts as a user turn with the chat template.
         hash_seed: the hash of the empty sequence (see :mod:`gym_llm.envs.chain_hash`).
-        reward_fn: ``reward_fn(task, token_ids, prompt_length) -> float`` at episode end (default: 0).
+        reward_fn: ``reward_fn(task, token_ids, prompt_length) -> float`` at episode end (default: 0), run in a
+            deadline worker process.
+        reward_timeout_s: ``reward_fn``'s deadline in seconds: past it the reward is 0 and ``info["reward_error"]``
+            says why (``None``: call it in the env's thread, no deadline; see
+            :class:`~gym_llm.rewards.deadline.IsolatedHook`).
     """
 
     tokenizer: Any = None
@@ -60,6 +65,7 @@ class HashingConfig:
     apply_chat_template: bool = False
     hash_seed: int = HASH_SEED
     reward_fn: TerminalRewardFn | None = None
+    reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_new_tokens", "max_text_chars", "vocab_size"):
@@ -105,6 +111,7 @@ class HashingCore:
 
     def __init__(self, config: HashingConfig):
         self.config = config
+        self.reward_fn = isolate_hook(config.reward_fn, config.reward_timeout_s)
         self.tokenizer = TokenizerView(config.tokenizer, config.vocab_size) if config.tokenizer is not None else None
         vocab = self.tokenizer.vocab_size if self.tokenizer is not None else config.vocab_size
         if vocab is None:

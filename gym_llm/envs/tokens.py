@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from gym_llm.rewards.deadline import DeadlineExceeded
+from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, DeadlineExceeded, isolate_hook
 from gym_llm.core.actions import check_text_action, check_token_action
 from gym_llm.core.chat import ChatConfig
 from gym_llm.core.episode import EnvCore, Episode, Transition
@@ -45,7 +45,10 @@ class TokensConfig:
         max_action_tokens: tokens mode: the longest accepted action.
         max_chars: text mode: the longest observation and action.
         max_steps: steps per episode before truncation (None: only length and eos end it).
-        reward_fn: ``reward_fn(task, sequence, done) -> float`` (default 0.0).
+        reward_fn: ``reward_fn(task, sequence, done) -> float`` (default 0.0), run in a deadline worker process.
+        reward_timeout_s: ``reward_fn``'s deadline in seconds: past it the step's reward is 0 and
+            ``info["reward_error"]`` says why (``None``: call it in the env's thread, no deadline; see
+            :class:`~gym_llm.rewards.deadline.IsolatedHook`).
     """
 
     mode: Literal["tokens", "text"] | None = None
@@ -59,6 +62,7 @@ class TokensConfig:
     max_chars: int = 65_536
     max_steps: int | None = None
     reward_fn: SequenceRewardFn | None = None
+    reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S
 
     def resolved_mode(self) -> str:
         if self.mode is not None:
@@ -74,6 +78,7 @@ class _TokensCore:
     def __init__(self, config: TokensConfig):
         self.config = config
         self.mode = config.resolved_mode()
+        self.reward_fn = isolate_hook(config.reward_fn, config.reward_timeout_s)
         self.tokenizer = TokenizerView(config.tokenizer, config.vocab_size) if config.tokenizer is not None else None
         # ChatConfig validates the shared length limits with the same messages as the chat envs.
         ChatConfig(max_action_tokens=config.max_action_tokens, max_seq_len=config.max_seq_len,
@@ -191,10 +196,10 @@ class TokensEpisode(Episode):
         terminated = hit_stop
         truncated = not terminated and (overflow or (self.config.max_steps is not None and self.steps >= self.config.max_steps))
         reward, info = 0.0, self._info()
-        if self.config.reward_fn is not None:
+        if self.core.reward_fn is not None:
             try:
-                reward = float(self.config.reward_fn(self.task, sequence, terminated or truncated))
-            except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
+                reward = float(self.core.reward_fn(self.task, sequence, terminated or truncated))
+            except DeadlineExceeded as e:  # the hook ran past its deadline: fail closed, and say so
                 info["reward_error"] = f"DeadlineExceeded: {e}"
         return Transition(self._observation(), reward, terminated, truncated, info)
 

@@ -30,7 +30,10 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["DeadlineExceeded", "WorkerPool", "call_with_deadline", "with_deadline"]
+__all__ = [
+    "DEFAULT_HOOK_TIMEOUT_S", "DeadlineExceeded", "IsolatedHook", "WorkerPool", "call_with_deadline", "isolate_hook",
+    "with_deadline",
+]
 
 _FRAME = struct.Struct(">I")
 _MAX_FRAME = 64 << 20
@@ -59,21 +62,41 @@ for module in preload:
     importlib.import_module(module)
 send(("ready", None))
 functions = {}
+shipped = {}  # functions sent by value (user hooks), newest last; the oldest go past 32
+def resolve(target):
+    if isinstance(target, tuple):  # ("shipped", key, pickled function or None when this worker has it)
+        _, key, payload = target
+        if payload is not None:
+            shipped[key] = pickle.loads(payload)
+            while len(shipped) > 32:
+                del shipped[next(iter(shipped))]
+        return shipped[key]
+    if target not in functions:
+        module, _, name = target.partition(":")
+        value = importlib.import_module(module)
+        for part in name.split("."):
+            value = getattr(value, part)
+        functions[target] = value
+    return functions[target]
 while True:
     target, args, kwargs = pickle.loads(read(frame.unpack(read(4))[0]))
     try:
-        if target not in functions:
-            module, _, name = target.partition(":")
-            value = importlib.import_module(module)
-            for part in name.split("."):
-                value = getattr(value, part)
-            functions[target] = value
-        send(("ok", functions[target](*args, **kwargs)))
+        send(("ok", resolve(target)(*args, **kwargs)))
     except BaseException as e:
+        import traceback
         try:
-            send(("error", (type(e).__name__, str(e)[:2000])))
+            try:
+                import cloudpickle as pickler  # the hook's own exception classes go back by value
+            except ImportError:
+                pickler = pickle
+            exc = pickler.dumps(e)
+            pickle.loads(exc)
         except Exception:
-            send(("error", ("Error", "unpicklable result")))
+            exc = None
+        try:
+            send(("error", (type(e).__name__, str(e)[:2000], traceback.format_exc()[-4000:], exc)))
+        except Exception:
+            send(("error", ("Error", "unpicklable result", "", None)))
 """
 
 
@@ -86,6 +109,7 @@ class _Worker:
         self.process = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, close_fds=True)
         self.pid = os.getpid()
+        self.known: set[str] = set()  # keys of the shipped functions this worker holds
         try:
             self._send((list(sys.path), tuple(preload)))
             status, _ = self._receive(startup_timeout_s)
@@ -173,8 +197,40 @@ class WorkerPool:
             raise
         self._give_back(worker)
         if status == "error":
-            name, message = value
+            name, message = value[:2]
             raise RuntimeError(f"{target} raised {name}: {message}")
+        return value
+
+    def call_shipped(self, hook: "IsolatedHook", args: tuple) -> Any:
+        """``hook.fn(*args)`` in a worker, the function sent by value the first time a worker runs it.
+
+        Past ``hook.timeout_s`` the worker is killed and :class:`DeadlineExceeded` raised. An exception the hook
+        raises is re-raised here as itself (with the worker's traceback as a note) when it pickles, else as
+        ``RuntimeError`` naming it."""
+        worker = self._take()
+        payload = None if hook.key in worker.known else hook.payload
+        try:
+            status, value = worker.call(("shipped", hook.key, payload), args, {}, hook.timeout_s)
+        except BaseException as e:
+            worker.kill()
+            if isinstance(e, DeadlineExceeded):
+                self.killed += 1
+                raise DeadlineExceeded(f"{hook.name} {hook.label} did not finish within {hook.timeout_s:g} s; its "
+                                       "worker process was killed") from None
+            raise
+        worker.known.add(hook.key)
+        self._give_back(worker)
+        if status == "error":
+            name, message, trace, exc = value
+            if exc is not None:
+                try:
+                    error = pickle.loads(exc)
+                except Exception:
+                    error = None
+                if isinstance(error, BaseException):
+                    error.add_note(f"(raised by {hook.name} in its deadline worker process)\n{trace.rstrip()}")
+                    raise error
+            raise RuntimeError(f"{hook.name} {hook.label} raised {name}: {message}\n{trace.rstrip()}")
         return value
 
     def warm(self, count: int = 1) -> None:
@@ -213,13 +269,17 @@ _DEFAULT_POOL: WorkerPool | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
-def call_with_deadline(target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
-    """``target(*args, **kwargs)`` in a shared :class:`WorkerPool`, killed past ``timeout_s``."""
+def _default_pool() -> WorkerPool:
     global _DEFAULT_POOL
     with _DEFAULT_LOCK:
         if _DEFAULT_POOL is None:
             _DEFAULT_POOL = WorkerPool()
-    return _DEFAULT_POOL.call(target, *args, timeout_s=timeout_s, **kwargs)
+    return _DEFAULT_POOL
+
+
+def call_with_deadline(target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` in a shared :class:`WorkerPool`, killed past ``timeout_s``."""
+    return _default_pool().call(target, *args, timeout_s=timeout_s, **kwargs)
 
 
 class with_deadline:  # noqa: N801  (used like a function: reward_fn=with_deadline(my_reward, 5.0))
@@ -252,3 +312,81 @@ class with_deadline:  # noqa: N801  (used like a function: reward_fn=with_deadli
 
     def __repr__(self) -> str:
         return f"with_deadline({self.target}, timeout_s={self.timeout_s:g})"
+
+
+DEFAULT_HOOK_TIMEOUT_S = 30.0
+"""The deadline every env gives a user-supplied reward hook unless told otherwise (``reward_timeout_s=``)."""
+
+
+class IsolatedHook:
+    """A user's reward hook that runs in a deadline worker process: what every env does with ``reward_fn``.
+
+    The function is pickled **by value** with ``cloudpickle`` (lambdas, closures, callable objects and functions
+    defined in ``__main__`` or a notebook all work), sent once to each worker that runs it, and called there with
+    pickled arguments; its result is pickled back. Past ``timeout_s`` the worker is killed and the call raises
+    :class:`DeadlineExceeded` (the envs turn it into reward 0 with ``info["reward_error"]``); nothing in the env's
+    process waits on a lock the hook holds.
+
+    What this changes for a hook, compared with calling it in the env's thread:
+
+    * **State it mutates stays in the worker.** A hook that appends to a captured list or bumps a counter does so in
+      the worker's copy (and a killed worker's copy is lost). Keep state out of reward hooks, or pass
+      ``reward_timeout_s=None`` to the env to call the hook in its own thread, without a deadline.
+    * **Captured objects are copied** into each worker (a few at a time, started as needed): a hook holding a large
+      model is better written to load it lazily, inside the function, once per worker.
+    * **The per-call cost** is a pipe round-trip plus pickling the arguments: 0.1–0.3 ms (see ``docs/verifiers.md``).
+
+    A hook that cannot be pickled at all (it holds a lock, a socket, an open file) is refused when the env is
+    built, with the fix. Raises from the hook come back as the same exception, its worker traceback in a note.
+
+    Args:
+        fn: the hook.
+        timeout_s: its deadline, seconds.
+        name: what to call it in errors (``"reward_fn"``).
+    """
+
+    def __init__(self, fn: Any, timeout_s: float, *, name: str = "reward_fn"):
+        import uuid
+
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable, got {type(fn).__name__}.")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"reward_timeout_s must be a number of seconds > 0 (or None to run {name} in the env's "
+                             f"thread without a deadline), got {timeout_s!r}.")
+        self.fn, self.timeout_s, self.name = fn, float(timeout_s), name
+        self.label = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        self.key = uuid.uuid4().hex
+        try:
+            import cloudpickle
+        except ImportError:  # pragma: no cover  (a core dependency)
+            cloudpickle = pickle
+        try:
+            self.payload = cloudpickle.dumps(fn)
+        except Exception as e:
+            raise TypeError(
+                f"{name} ({self.label}) must be sent to a worker process, which runs it under a deadline of "
+                f"{self.timeout_s:g} s, but it cannot be pickled: {type(e).__name__}: {e}. Fix: build what it holds "
+                "(a client, a lock, an open file) inside the function instead of capturing it, or pass "
+                f"reward_timeout_s=None to call {name} in the env's own thread, without a deadline."
+            ) from None
+
+    def __call__(self, *args: Any) -> Any:
+        return _default_pool().call_shipped(self, args)
+
+    def __reduce__(self) -> tuple:
+        return IsolatedHook, (self.fn, self.timeout_s), {"name": self.name}
+
+    def __setstate__(self, state: dict) -> None:
+        self.name = state["name"]
+
+    def __repr__(self) -> str:
+        return f"IsolatedHook({self.label}, timeout_s={self.timeout_s:g})"
+
+
+def isolate_hook(fn: Any, timeout_s: float | None, *, name: str = "reward_fn") -> Any:
+    """What an env calls for a user hook ``fn``: ``None`` stays ``None``; ``timeout_s=None`` keeps ``fn`` as it is
+    (called in the env's thread, no deadline: the documented opt-out); a hook already under a deadline
+    (:class:`with_deadline`, :class:`IsolatedHook`) is kept; anything else becomes an :class:`IsolatedHook`."""
+    if fn is None or timeout_s is None or isinstance(fn, (with_deadline, IsolatedHook)):
+        return fn
+    return IsolatedHook(fn, timeout_s, name=name)

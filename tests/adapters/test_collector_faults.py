@@ -83,7 +83,8 @@ def fail_sub_env_once(collector, index: int, exc: BaseException) -> None:
 def chat_env(tok, reward):
     return gym.make_vec("LLMChat-v0", num_envs=NUM_ENVS, group_size=GROUP, vectorization_mode="vector_entry_point",
                         prompts=TASKS, mode="tokens", tokenizer=tok, max_turns=3, max_seq_len=384,
-                        max_action_tokens=16, reward_fn=reward)
+                        max_action_tokens=16, reward_fn=reward,
+                        reward_timeout_s=None)  # RewardFault is armed from this process: call it in the env thread
 
 
 class FaultyEngine:

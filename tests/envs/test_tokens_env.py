@@ -13,7 +13,8 @@ from gym_llm.core.spaces import unpack_tokens
 def test_token_ids_concatenate_and_eos_terminates():
     rewards = []
     env = gym.make("LLMTokens-v0", vocab_size=100, prompts=[[5, 6, 7]], eos_token_ids=[0], max_seq_len=16,
-                   max_action_tokens=4, reward_fn=lambda task, seq, done: rewards.append((seq.tolist(), done)) or float(done))
+                   max_action_tokens=4, reward_fn=lambda task, seq, done: rewards.append((seq.tolist(), done)) or float(done),
+                   reward_timeout_s=None)  # the hook records into this test's list: run it in the env's thread
     obs, info = env.reset(seed=0)
     assert unpack_tokens(obs).tolist() == [5, 6, 7]
     obs, reward, terminated, truncated, info = env.step([8, 9])
