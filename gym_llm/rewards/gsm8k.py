@@ -41,11 +41,14 @@ _NUMBER_RE = re.compile(
 )
 _HASHES_RE = re.compile(r"####\s*([^\n]*)")
 _ANSWER_IS_RE = re.compile(
-    r"(?:the\s+)?(?:final\s+)?answer\s*(?:\([^)\n]*\)\s*)?(?:is|=|:)\s*[:=]?\s*([^\n]*)", re.IGNORECASE
+    r"(?:the\s+)?(?:final\s+)?answer\s*(?:\([^()\n]*\)\s*)?(?:is|=|:)\s*[:=]?\s*([^\n]*)", re.IGNORECASE
 )
-_CALCULATOR_RE = re.compile(r"<<[^>\n]*>>")  # GSM8K-style calculator annotations: <<9*2=18>>
+# Every pattern here runs on model output in the env's thread, so each is linear in the text: no unbounded repeat
+# that can cross a newline or run past its own delimiter and then backtrack (tests/rewards/test_grading_time.py
+# grades replies built to make each of them quadratic).
+_CALCULATOR_RE = re.compile(r"<<[^<>\n]*>>")  # GSM8K-style calculator annotations: <<9*2=18>>
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
-_A_LINE_RE = re.compile(r"(?im)^\s*(?:\*\*)?(?:A|Ans|Final Answer|Answer)(?:\*\*)?\s*[:：]\s*(?:\*\*)?([^\n]*)$")
+_A_LINE_RE = re.compile(r"(?im)^[ \t]*(?:\*\*)?(?:A|Ans|Final Answer|Answer)(?:\*\*)?[ \t]*[:：][ \t]*(?:\*\*)?([^\n]*)$")
 _FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{([^{}]*)\}")
@@ -65,11 +68,12 @@ _OPERATOR_RE = re.compile(r"\*|[+×·÷^√]|\\(?:times|cdot|div|sqrt|pm|mp|lor|
                           r"|(?<=[\d)}])\s*[-−–]\s*(?=[\d($\\])")
 _SIMPLE_ANSWER_RE = re.compile(r"(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?\.?|-(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 """One plain number, nothing else: such an answer keeps the one-answer rule without the full check."""
-_EMPHASIS_RE = re.compile(r"(\*\*|__|\*|_)(?=\S)(.+?)(?<=\S)\1")  # markdown **18**, *18*, __18__
+_EMPHASIS_RE = re.compile(  # markdown **18**, *18*, __18__, _18_: the text between never holds its delimiter's char
+    r"\*\*(?=\S)([^*\n]+?)(?<=\S)\*\*|\*(?=\S)([^*\n]+?)(?<=\S)\*|__(?=\S)([^_\n]+?)(?<=\S)__|_(?=\S)([^_\n]+?)(?<=\S)_")
 _HEDGE_RE = re.compile(
     r"\b(?:approx\.?|or (?:more|less|so|fewer|above|below)|rounded|estimated?|maybe|perhaps|probably|possibly"
     r"|likely|give or take|plus or minus|circa|ca\.|then again|or rather|on second thought)(?!\w)|(?<=\d)\s*-?ish\b", re.IGNORECASE)
-_MALFORMED_NUMBER_RE = re.compile(r"\d+(?:\.\d+){2,}|\d+(?:_+\d+)+")  # 18.0.0, 18_19: not one number
+_MALFORMED_NUMBER_RE = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}|(?<![\d_])\d+(?:_+\d+)+")  # 18.0.0, 18_19: not one number
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,7 @@ def extract_answer(text: str) -> tuple[str | None, str]:
     if boxed is not None and boxed.strip():
         return boxed.strip(), "boxed"
     statements = _A_LINE_RE.findall(text) + _ANSWER_IS_RE.findall(text)
-    statements = [s for s in statements if _NUMBER_RE.search(_clean(s))]
+    statements = [s for s in statements if _NUMBER_RE.search(_unemphasize(_clean(s)))]
     if statements:
         # the statement that comes last in the text
         last = max(statements, key=lambda s: text.rfind(s))
@@ -151,7 +155,7 @@ def extract_answer(text: str) -> tuple[str | None, str]:
 
 def _last_sentence_number(text: str) -> str | None:
     """Rule 4 of the module docstring."""
-    text = _clean(_CALCULATOR_RE.sub("", text))
+    text = _unemphasize(_clean(_CALCULATOR_RE.sub("", text)))
     for sentence in reversed(_SENTENCE_SPLIT_RE.split(text.strip())):
         numbers = _NUMBER_RE.findall(sentence)
         if not numbers:
@@ -165,6 +169,17 @@ def _last_sentence_number(text: str) -> str | None:
 
 
 _LATEX_OR_DASH = ("\\", "−", "–")
+
+
+def _unemphasize(text: str) -> str:
+    """Markdown emphasis removed, nested (``***18***``, ``**_18_**``) included: at most three rounds."""
+    for _ in range(3):
+        if "*" not in text and "_" not in text:
+            break
+        text, n = _EMPHASIS_RE.subn(lambda m: next(g for g in m.groups() if g is not None), text)
+        if not n:
+            break
+    return text
 
 
 def _clean(text: str) -> str:
@@ -294,7 +309,7 @@ def answer_problem(answer: str, *, later_sentences: bool = True) -> str | None:
     >>> answer_problem("$70,000"), answer_problem("18 or 19"), answer_problem("not 18")
     (None, 'several candidate numbers (18, 19)', 'a negation or comparison (not)')
     """
-    cleaned = _EMPHASIS_RE.sub(r"\2", _clean(_CALCULATOR_RE.sub("", answer)))
+    cleaned = _unemphasize(_clean(_CALCULATOR_RE.sub("", answer)))
     malformed = _MALFORMED_NUMBER_RE.search(cleaned)
     if malformed:
         return f"not one number ({malformed.group(0)})"
@@ -367,7 +382,7 @@ def _several_final_answers(completion: str, method: str, value: Fraction | None)
 
 
 def _signed(text: str) -> str:
-    return _SIGNED_CURRENCY_RE.sub("-", _EMPHASIS_RE.sub(r"\2", _clean(text)))
+    return _SIGNED_CURRENCY_RE.sub("-", _unemphasize(_clean(text)))
 
 
 def _equivalent(predicted: str, pred_value: Fraction | None, reference: str, timeout_s: float | None = None) -> bool:

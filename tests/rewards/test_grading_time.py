@@ -1,0 +1,48 @@
+"""Graders that run in the env's thread are linear in the reply: replies built to make their regular expressions
+backtrack (found by fuzzing repeated fragments of model-like text, 1.5k vs 12k characters) grade at 64k characters
+in milliseconds. Before the fix each of these took seconds to minutes (``"\\n" * 65_536``: ~7 min in GSM8K's
+``A:``-line pattern), in a step no deadline bounds. A hang guard, not a benchmark: the limit is 100x what they take."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gym_llm.rewards import gsm8k, short_answer
+from gym_llm.tools.parsing import parse_tool_calls
+
+N = 65_536
+FRAGMENTS = ["\n", " \n", "\t\n", "<<", "*1 ", "1_", "*1", "1 _", "the _", "answer(", "(answer", ">" * 3 + "\n", "**1 "]
+PREFIXES = ["", "#### ", "The answer is ", "Answer: ", "\\boxed{"]
+
+
+def built(prefix: str, fragment: str) -> str:
+    return prefix + fragment * (N // len(fragment))
+
+
+GRADERS = {
+    "gsm8k": lambda reply: gsm8k.grade(reply, "18"),
+    "short_answer": lambda reply: short_answer.grade(reply, ["18"]),
+    "tool_calls": lambda reply: parse_tool_calls(reply, code_block_tool="python"),
+}
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+@pytest.mark.parametrize("grader", sorted(GRADERS))
+def test_a_reply_built_to_backtrack_grades_in_linear_time(grader, fragment, prefix):
+    reply = built(prefix, fragment)
+    start = time.perf_counter()
+    result = GRADERS[grader](reply)
+    assert time.perf_counter() - start < 1.0, (grader, prefix, fragment)
+    if grader == "gsm8k":
+        assert result.correct is False
+
+
+@pytest.mark.parametrize("answer, extracted", [
+    ("#### **18**", "18"), ("#### ***18***", "18"), ("#### **_18_**", "18"), ("The answer is __18__.", "18"),
+    ("A: 9 * 2 = 18", "18"), ("#### 18 <<9*2=18>>", "18"),
+])
+def test_emphasis_and_calculator_notes_still_read_after_the_fix(answer, extracted):
+    assert gsm8k.grade(answer, "18").correct, answer
