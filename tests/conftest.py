@@ -69,6 +69,17 @@ def pytest_configure(config):
         os.environ["PYTEST_XDIST_TESTRUNUID"] = config.option.testrunuid
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default, pyproject.toml): one worker per CPU this process may run on, at most 4 — each
+    worker may hold a model, engines and a Ray cluster's driver — and at least 1. Tests run single-threaded
+    (``OMP_NUM_THREADS=1``), so workers do not oversubscribe the CPUs."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
 def pytest_collection_modifyitems(session, config, items):
     from tests import background
 

@@ -74,15 +74,16 @@ def test_an_unpicklable_argument_is_named_with_the_fix():
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 def test_every_env_rolls_out_under_async_vector_env(context):
-    """Two steps of every id (its first case) in AsyncVectorEnv workers started with ``context``."""
+    """Two steps of every id (its first case) in AsyncVectorEnv workers started with ``spawn``; with ``forkserver``
+    (the same pickling path, from a fork server) two ids, one of them with a live tool."""
     seen = set()
     for env_id, case in env_cases():
         if env_id in seen:
             continue
         seen.add(env_id)
         kwargs = make_kwargs(env_id, case)
-        if env_id == "LLMBrowser-v0" and context == "forkserver":
-            continue  # a headless browser per worker: spawn covers it (each costs seconds and ~200 MB)
+        if context == "forkserver" and env_id not in ("LLMChat-v0", "LLMPythonTool-v0"):
+            continue
         envs = AsyncVectorEnv([functools.partial(make_env, env_id, kwargs)] * 2, context=context,
                               autoreset_mode="NextStep")
         try:
