@@ -436,9 +436,11 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         return tuple(episode.render() for episode in self.episodes)
 
     def close_extras(self, **kwargs: Any) -> None:
-        for episode in self.episodes:
+        # getattr: a constructor that raised (bad arguments) leaves a half-built env that Gymnasium's __del__ closes
+        for episode in getattr(self, "episodes", ()):
             episode.close()
-        if self._pool is not None:
+        if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        self.core.close()
+        if getattr(self, "core", None) is not None:
+            self.core.close()

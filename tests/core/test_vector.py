@@ -208,6 +208,14 @@ def test_group_size_must_divide_num_envs():
         gym.make_vec("LLMChat-v0", num_envs=6, group_size=4)
 
 
+def test_a_half_built_vector_env_closes_quietly():
+    """A constructor that raised leaves an env that Gymnasium's ``__del__`` closes (gymnasium 1.2 printed
+    "Exception ignored ... no attribute 'episodes'" for every bad argument)."""
+    from gym_llm.envs.chat import LLMChatVectorEnv
+
+    LLMChatVectorEnv.__new__(LLMChatVectorEnv).close_extras()
+
+
 def test_render_ansi():
     env = gym.make("LLMChat-v0", render_mode="ansi", prompts=["hello"])
     env.reset(seed=0)

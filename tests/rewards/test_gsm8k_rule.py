@@ -178,6 +178,7 @@ def test_a_pathological_answer_in_one_sub_env_does_not_hold_up_the_step(monkeypa
     tasks = [{"question": "Simplify x times x.", "answer": "x^2"}] + [
         {"question": f"What is {k} + {k}?", "answer": f"#### {2 * k}"} for k in range(1, 4)]
     envs = gym.make_vec(env_id, num_envs=4, vectorization_mode="vector_entry_point", tasks=tasks, **kwargs)
+    gsm8k._math_verify_pool().warm(1)  # the worker's start (python, sympy) is not the deadline's: keep it out
     try:
         envs.reset(seed=0, options={"task_ids": [0, 1, 2, 3]})
         actions = (rf"\boxed{{{PATHOLOGICAL}}}", "#### 2", "#### 4 or 5", "#### 6")
