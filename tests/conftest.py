@@ -80,7 +80,13 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, cpus))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its hook is untagged)
 def pytest_collection_modifyitems(session, config, items):
+    # One in-process vLLM engine per worker is a session fixture of ~30 s of CPU: under pytest-xdist, the tests that
+    # use it run in one worker ("vllm"), so it is built once. Tests already in a group (Ray's) keep theirs.
+    for item in items:
+        if "_vllm_session_engine" in getattr(item, "fixturenames", ()) and not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group("vllm"))
     from tests import background
 
     background.start_selected(items)  # long subprocesses of selected tests run beside the suite (tests/background.py)
