@@ -15,7 +15,9 @@ fresh worker is started for the next call.
   return a worker, never during a call.
 * After ``fork`` (``AsyncVectorEnv`` workers) a child never uses its parent's workers: it starts its own.
 
-Used by :mod:`gym_llm.rewards.gsm8k` for math-verify; usable for any verifier (:func:`call_with_deadline`).
+Used by :mod:`gym_llm.rewards.gsm8k` for math-verify, by IFEval scoring, and by every env for the user's
+``reward_fn`` (:class:`IsolatedHook`: the function is sent by value, so lambdas and closures work; the env's
+``reward_timeout_s=None`` opts out); usable for any verifier (:func:`call_with_deadline`, :class:`with_deadline`).
 """
 
 from __future__ import annotations
