@@ -35,7 +35,9 @@ def _row_index(rows, n_instructions: int) -> int:
 
 @pytest.mark.parametrize("mode", ["text", "tokens"])
 def test_check_env_passes_with_warnings_as_errors(ifeval_file, tiny_tok, mode):
-    kwargs = {"mode": "tokens", "tokenizer": tiny_tok, "max_seq_len": 1024, "max_action_tokens": 256} if mode == "tokens" else {}
+    kwargs = {"mode": "tokens", "tokenizer": tiny_tok, "max_seq_len": 2048, "max_action_tokens": 256} if mode == "tokens" else {}
+    # (check_env resets on unseeded, random tasks: max_seq_len must hold the longest IFEval prompt, 1,065 tiny-tokenizer
+    # tokens plus the template, or the test fails on the few runs that draw it)
     env = gym.make("LLMIFEval-v0", data_files=str(ifeval_file), **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
