@@ -65,6 +65,8 @@ for module in preload:
 send(("ready", None))
 functions = {}
 shipped = {}  # functions sent by value (user hooks), newest last; the oldest go past 32
+class Missing(Exception):
+    pass
 def resolve(target):
     if isinstance(target, tuple):  # ("shipped", key, pickled function or None when this worker has it)
         _, key, payload = target
@@ -72,6 +74,8 @@ def resolve(target):
             shipped[key] = pickle.loads(payload)
             while len(shipped) > 32:
                 del shipped[next(iter(shipped))]
+        elif key not in shipped:
+            raise Missing(key)  # evicted: the caller sends it again
         return shipped[key]
     if target not in functions:
         module, _, name = target.partition(":")
@@ -84,6 +88,8 @@ while True:
     target, args, kwargs = pickle.loads(read(frame.unpack(read(4))[0]))
     try:
         send(("ok", resolve(target)(*args, **kwargs)))
+    except Missing:
+        send(("missing", None))
     except BaseException as e:
         import traceback
         try:
@@ -213,6 +219,8 @@ class WorkerPool:
         payload = None if hook.key in worker.known else hook.payload
         try:
             status, value = worker.call(("shipped", hook.key, payload), args, {}, hook.timeout_s)
+            if status == "missing":  # the worker dropped it (it keeps the 32 newest): send it again
+                status, value = worker.call(("shipped", hook.key, hook.payload), args, {}, hook.timeout_s)
         except BaseException as e:
             worker.kill()
             if isinstance(e, DeadlineExceeded):
@@ -275,7 +283,9 @@ def _default_pool() -> WorkerPool:
     global _DEFAULT_POOL
     with _DEFAULT_LOCK:
         if _DEFAULT_POOL is None:
-            _DEFAULT_POOL = WorkerPool()
+            # what every hook's arguments need (tasks, messages, arrays) is imported when a worker starts, outside
+            # any deadline: a fresh worker after a kill must not spend its caller's deadline on imports
+            _DEFAULT_POOL = WorkerPool(preload=("numpy", "cloudpickle", "gym_llm.core.tasks", "gym_llm.core.messages"))
     return _DEFAULT_POOL
 
 

@@ -15,7 +15,7 @@ import gym_llm  # noqa: F401
 from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, IsolatedHook, with_deadline
 from tests.rewards import hooks
 
-DEADLINE_S = 1.0
+DEADLINE_S = 2.5  # the hooks that answer must answer within it on a loaded machine (xdist beside vLLM runs)
 
 
 def test_only_importable_functions_can_be_wrapped():
@@ -37,7 +37,7 @@ def test_a_hanging_chat_reward_costs_one_sub_env_its_reward():
         _, rewards, terminated, _, infos = envs.step(("hello", "HANG forever", "hi"))
         elapsed = time.perf_counter() - start
         final = infos["final_info"]
-        assert elapsed < DEADLINE_S + 2.5, elapsed
+        assert elapsed < DEADLINE_S + 5, elapsed
         assert terminated.all() and list(rewards) == [2.0, 0.0, 2.0]
         assert final["_reward_error"].tolist() == [False, True, False]
         assert "DeadlineExceeded" in final["reward_error"][1]
@@ -54,7 +54,7 @@ def test_a_hanging_sequence_reward_in_the_tokens_env():
         assert reward == 5.0 and "reward_error" not in info
         start = time.perf_counter()
         _, reward, _, _, info = env.step([7])
-        assert time.perf_counter() - start < DEADLINE_S + 2.5
+        assert time.perf_counter() - start < DEADLINE_S + 5
         assert reward == 0.0 and "DeadlineExceeded" in info["reward_error"]
     finally:
         env.close()
@@ -66,10 +66,11 @@ def test_a_hanging_terminal_reward_in_the_hashing_vector_env():
                         reward_fn=with_deadline(hooks.hashing_reward, DEADLINE_S))
     try:
         envs.reset(seed=0)
+        envs.step(np.array([0, 0]))  # warm: both episodes end and are scored (the workers start outside the timing)
         envs.step(np.array([4, 7]))
         start = time.perf_counter()
         _, rewards, terminated, _, infos = envs.step(np.array([0, 0]))  # eos: both episodes end
-        assert time.perf_counter() - start < DEADLINE_S + 2.5
+        assert time.perf_counter() - start < DEADLINE_S + 5
         assert terminated.all() and list(rewards) == [2.0, 0.0]
         assert "DeadlineExceeded" in infos["final_info"]["reward_error"][1]
     finally:
@@ -105,7 +106,7 @@ def test_a_hanging_lambda_is_killed_at_reward_timeout_s_and_the_next_step_is_sco
     env.reset()
     start = time.perf_counter()
     _, reward, terminated, _, info = env.step("HANG")
-    assert time.perf_counter() - start < DEADLINE_S + 2.5
+    assert time.perf_counter() - start < DEADLINE_S + 5
     assert terminated and reward == 0.0 and "DeadlineExceeded" in info["reward_error"]
     env.reset()
     assert env.step("fine")[1] == 2.5  # a fresh worker
@@ -164,8 +165,18 @@ def test_a_hanging_lambda_in_one_sub_env_of_a_vector_step():
         envs.step(("warm", "up", "now"))
         start = time.perf_counter()
         _, rewards, terminated, _, infos = envs.step(("hello", "HANG", "hi"))
-        assert time.perf_counter() - start < DEADLINE_S + 2.5
+        assert time.perf_counter() - start < DEADLINE_S + 5
         assert terminated.all() and list(rewards) == [1.0, 0.0, 1.0]
         assert infos["final_info"]["_reward_error"].tolist() == [False, True, False]
     finally:
         envs.close()
+
+
+def test_a_worker_that_dropped_a_hook_gets_it_again():
+    """A worker keeps the 32 newest hooks it was sent; an older one is sent again when it comes back."""
+    envs = [gym.make("LLMChat-v0", prompts=["Hi"], max_turns=1, reward_fn=lambda task, messages, k=k: float(k))
+            for k in range(40)]
+    for _ in range(2):
+        for k, env in enumerate(envs):
+            env.reset(seed=0)
+            assert env.step("hi")[1] == float(k)
