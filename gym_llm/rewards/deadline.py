@@ -194,16 +194,7 @@ class WorkerPool:
     def call(self, target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         """``target(*args, **kwargs)`` (``"module:function"``) in a worker; :class:`DeadlineExceeded` past
         ``timeout_s`` seconds (the worker is killed), ``RuntimeError`` naming the exception if it raised."""
-        worker = self._take()
-        try:
-            status, value = worker.call(target, args, kwargs, timeout_s)
-        except BaseException as e:
-            worker.kill()  # a late reply must never reach the next caller
-            if isinstance(e, DeadlineExceeded):
-                self.killed += 1
-                raise DeadlineExceeded(f"{target} did not finish within {timeout_s:g} s; its worker was killed") from None
-            raise
-        self._give_back(worker)
+        status, value = self._exchange(lambda worker: worker.call(target, args, kwargs, timeout_s), target, timeout_s)
         if status == "error":
             name, message = value[:2]
             raise RuntimeError(f"{target} raised {name}: {message}")
@@ -215,21 +206,16 @@ class WorkerPool:
         Past ``hook.timeout_s`` the worker is killed and :class:`DeadlineExceeded` raised. An exception the hook
         raises is re-raised here as itself (with the worker's traceback as a note) when it pickles, else as
         ``RuntimeError`` naming it."""
-        worker = self._take()
-        payload = None if hook.key in worker.known else hook.payload
-        try:
-            status, value = worker.call(("shipped", hook.key, payload), args, {}, hook.timeout_s)
-            if status == "missing":  # the worker dropped it (it keeps the 32 newest): send it again
-                status, value = worker.call(("shipped", hook.key, hook.payload), args, {}, hook.timeout_s)
-        except BaseException as e:
-            worker.kill()
-            if isinstance(e, DeadlineExceeded):
-                self.killed += 1
-                raise DeadlineExceeded(f"{hook.name} {hook.label} did not finish within {hook.timeout_s:g} s; its "
-                                       "worker process was killed") from None
-            raise
-        worker.known.add(hook.key)
-        self._give_back(worker)
+
+        def run(worker: _Worker) -> tuple[str, Any]:
+            payload = None if hook.key in worker.known else hook.payload
+            reply = worker.call(("shipped", hook.key, payload), args, {}, hook.timeout_s)
+            if reply[0] == "missing":  # the worker dropped it (it keeps the 32 newest): send it again
+                reply = worker.call(("shipped", hook.key, hook.payload), args, {}, hook.timeout_s)
+            worker.known.add(hook.key)
+            return reply
+
+        status, value = self._exchange(run, f"{hook.name} {hook.label}", hook.timeout_s)
         if status == "error":
             name, message, trace, exc = value
             if exc is not None:
@@ -242,6 +228,22 @@ class WorkerPool:
                     raise error
             raise RuntimeError(f"{hook.name} {hook.label} raised {name}: {message}\n{trace.rstrip()}")
         return value
+
+    def _exchange(self, run: Any, what: str, timeout_s: float) -> tuple[str, Any]:
+        """``run(worker)`` on a worker taken from the pool; the worker goes back only if it answered. Past the
+        deadline (or on any other failure) it is killed, so a late reply never reaches the next caller."""
+        worker = self._take()
+        try:
+            reply = run(worker)
+        except BaseException as e:
+            worker.kill()
+            if isinstance(e, DeadlineExceeded):
+                self.killed += 1
+                raise DeadlineExceeded(f"{what} did not finish within {timeout_s:g} s; its worker process was "
+                                       "killed") from None
+            raise
+        self._give_back(worker)
+        return reply
 
     def warm(self, count: int = 1) -> None:
         """Start ``count`` idle workers now (e.g. before timing starts)."""
@@ -357,7 +359,7 @@ class IsolatedHook:
         name: what to call it in errors (``"reward_fn"``).
     """
 
-    def __init__(self, fn: Any, timeout_s: float, *, name: str = "reward_fn"):
+    def __init__(self, fn: Any, timeout_s: float, name: str = "reward_fn"):
         import uuid
 
         if not callable(fn):
@@ -385,11 +387,8 @@ class IsolatedHook:
     def __call__(self, *args: Any) -> Any:
         return _default_pool().call_shipped(self, args)
 
-    def __reduce__(self) -> tuple:
-        return IsolatedHook, (self.fn, self.timeout_s), {"name": self.name}
-
-    def __setstate__(self, state: dict) -> None:
-        self.name = state["name"]
+    def __reduce__(self) -> tuple:  # pickles as its arguments (the copy gets a fresh key and payload)
+        return IsolatedHook, (self.fn, self.timeout_s, self.name)
 
     def __repr__(self) -> str:
         return f"IsolatedHook({self.label}, timeout_s={self.timeout_s:g})"
