@@ -66,7 +66,24 @@ def tiny_tok():
 
 def pytest_configure(config):
     """Under pytest-xdist the controller fixes the run's id, so it and every worker find the background jobs'
-    shared folder (tests/background.py)."""
+    shared folder (tests/background.py); workers tag their grouped tests (:func:`_tag_xdist_groups`)."""
+    if hasattr(config, "workerinput"):
+        config.pluginmanager.register(_GroupTagger(), "gym-llm-xdist-group-tagger")
+        _own_temp_dir(config.workerinput["workerid"])
+
+
+def _own_temp_dir(worker: str) -> None:
+    """Each pytest-xdist worker (and what it starts) gets its own temp dir under the system's: tests that check a
+    sandbox left nothing in the host's temp dir must not see another worker's sandboxes. The background jobs' shared
+    folder stays in the system's temp dir (GYM_LLM_SHARED_TMP, tests/background.py)."""
+    import tempfile
+
+    shared = os.environ.setdefault("GYM_LLM_SHARED_TMP", tempfile.gettempdir())
+    own = Path(shared) / f"gym-llm-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', 'run')}-{worker}"
+    own.mkdir(exist_ok=True)
+    own.chmod(0o1777)  # like /tmp: sandboxes that run as other users create their files here too
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = str(own)
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         import uuid
 
@@ -88,14 +105,66 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its hook is untagged)
 def pytest_collection_modifyitems(session, config, items):
-    # One in-process vLLM engine per worker is a session fixture of ~30 s of CPU: under pytest-xdist, the tests that
-    # use it run in one worker ("vllm"), so it is built once. Tests already in a group (Ray's) keep theirs.
+    # Under pytest-xdist (--dist loadgroup) a group's tests run in one worker, so what they share is built once:
+    # - "vllm": every test of the in-process vLLM engine session fixture (~30 s of CPU per build);
+    # - a module whose tests share a module-scoped fixture (a `vllm serve`, a browser, a sandbox pool) is one group,
+    #   or joins "vllm" when some of its tests use the session engine too. Spread over two workers, each would build
+    #   the fixture (a `vllm serve` start is a minute). Tests already in a group (Ray's) keep theirs.
+    def grouped(item) -> bool:
+        return any(item.iter_markers("xdist_group"))
+
+    def module_scoped(item) -> bool:
+        info = getattr(item, "_fixtureinfo", None)
+        return info is not None and any(defs and defs[-1].scope == "module"
+                                        for defs in info.name2fixturedefs.values())
+
+    vllm_modules = {item.nodeid.split("::")[0] for item in items
+                    if "_vllm_session_engine" in getattr(item, "fixturenames", ())}
     for item in items:
-        if "_vllm_session_engine" in getattr(item, "fixturenames", ()) and not any(item.iter_markers("xdist_group")):
+        if grouped(item):
+            continue
+        module = item.nodeid.split("::")[0]
+        if "_vllm_session_engine" in getattr(item, "fixturenames", ()) or (
+                module in vllm_modules and module_scoped(item)):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(module))
     from tests import background
 
     background.start_selected(items)  # long subprocesses of selected tests run beside the suite (tests/background.py)
+
+
+class _GroupTagger:
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's own tagging
+    def pytest_collection_modifyitems(self, config, items):
+        _tag_xdist_groups(config, items)
+
+
+def _tag_xdist_groups(config, items):
+    """pytest-xdist's ``--dist loadgroup`` sends a group's tests to one worker by appending ``@group`` to their node
+    ids on the worker (``item._nodeid = ...``). pytest 9.2 keeps node ids elsewhere (``item._id``, a ``NodeId``), so
+    with pytest-xdist 3.8 the suffix silently went nowhere and every group was spread over the workers (each worker
+    built its own `vllm serve`, Ray cluster, browser). This tags the ids where this pytest keeps them, once."""
+    if not getattr(config.option, "loadgroup", False):  # set on the workers of a --dist loadgroup run
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if not names:
+            continue
+        suffix = "@" + "_".join(names)
+        if item.nodeid.endswith(suffix):  # pytest-xdist's tagging took (pytest < 9.2)
+            continue
+        nodeid = item.nodeid + suffix
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(nodeid)
+        else:
+            item._nodeid = nodeid
+        if item.nodeid != nodeid:
+            raise RuntimeError(f"could not tag {item.nodeid!r} with its pytest-xdist group {suffix!r}; "
+                               "this pytest keeps node ids where tests/conftest.py does not look")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -103,3 +172,8 @@ def pytest_sessionfinish(session, exitstatus):
 
     worker = hasattr(session.config, "workerinput")  # a pytest-xdist worker: the controller removes the outputs
     background.stop_all(remove=not worker)
+    own = os.environ.get("TMPDIR", "")
+    if worker and Path(own).name.startswith("gym-llm-tests-"):  # its own temp dir (_own_temp_dir) goes with it
+        import shutil
+
+        shutil.rmtree(own, ignore_errors=True)

@@ -22,7 +22,8 @@ import torch
 
 from gym_llm_adapters.engines import SamplingConfig, cpu_paths
 
-pytestmark = pytest.mark.slow
+# slow; and in the "vllm" pytest-xdist group: its engines then share that worker's one vLLM import (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
 REPO = Path(__file__).resolve().parents[3]
 # |vLLM - transformers| on teacher-forced log-probs of the tiny model (fp32 reference). fp32 kernels differ in
