@@ -70,6 +70,12 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):
         config.pluginmanager.register(_GroupTagger(), "gym-llm-xdist-group-tagger")
         _own_temp_dir(config.workerinput["workerid"])
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        import uuid
+
+        if getattr(config.option, "testrunuid", None) is None:
+            config.option.testrunuid = uuid.uuid4().hex
+        os.environ["PYTEST_XDIST_TESTRUNUID"] = config.option.testrunuid
 
 
 def _own_temp_dir(worker: str) -> None:
@@ -84,12 +90,6 @@ def _own_temp_dir(worker: str) -> None:
     own.chmod(0o1777)  # like /tmp: sandboxes that run as other users create their files here too
     os.environ["TMPDIR"] = str(own)
     tempfile.tempdir = str(own)
-    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
-        import uuid
-
-        if getattr(config.option, "testrunuid", None) is None:
-            config.option.testrunuid = uuid.uuid4().hex
-        os.environ["PYTEST_XDIST_TESTRUNUID"] = config.option.testrunuid
 
 
 def pytest_xdist_auto_num_workers(config):
