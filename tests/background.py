@@ -52,7 +52,7 @@ def register(test_name: str, command: Command) -> None:
 def _base() -> Path:
     """One folder per test run, shared by pytest-xdist workers (they see the same ``PYTEST_XDIST_TESTRUNUID``)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    base = Path(os.environ.get("GYM_LLM_SHARED_TMP") or tempfile.gettempdir()) / f"gym-llm-background-{run}"
+    base = Path(tempfile.gettempdir()) / f"gym-llm-background-{run}"
     base.mkdir(exist_ok=True)
     return base
 

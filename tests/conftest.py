@@ -69,27 +69,12 @@ def pytest_configure(config):
     shared folder (tests/background.py); workers tag their grouped tests (:func:`_tag_xdist_groups`)."""
     if hasattr(config, "workerinput"):
         config.pluginmanager.register(_GroupTagger(), "gym-llm-xdist-group-tagger")
-        _own_temp_dir(config.workerinput["workerid"])
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         import uuid
 
         if getattr(config.option, "testrunuid", None) is None:
             config.option.testrunuid = uuid.uuid4().hex
         os.environ["PYTEST_XDIST_TESTRUNUID"] = config.option.testrunuid
-
-
-def _own_temp_dir(worker: str) -> None:
-    """Each pytest-xdist worker (and what it starts) gets its own temp dir under the system's: tests that check a
-    sandbox left nothing in the host's temp dir must not see another worker's sandboxes. The background jobs' shared
-    folder stays in the system's temp dir (GYM_LLM_SHARED_TMP, tests/background.py)."""
-    import tempfile
-
-    shared = os.environ.setdefault("GYM_LLM_SHARED_TMP", tempfile.gettempdir())
-    own = Path(shared) / f"gym-llm-tests-{os.environ.get('PYTEST_XDIST_TESTRUNUID', 'run')}-{worker}"
-    own.mkdir(exist_ok=True)
-    own.chmod(0o1777)  # like /tmp: sandboxes that run as other users create their files here too
-    os.environ["TMPDIR"] = str(own)
-    tempfile.tempdir = str(own)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -172,8 +157,3 @@ def pytest_sessionfinish(session, exitstatus):
 
     worker = hasattr(session.config, "workerinput")  # a pytest-xdist worker: the controller removes the outputs
     background.stop_all(remove=not worker)
-    own = os.environ.get("TMPDIR", "")
-    if worker and Path(own).name.startswith("gym-llm-tests-"):  # its own temp dir (_own_temp_dir) goes with it
-        import shutil
-
-        shutil.rmtree(own, ignore_errors=True)

@@ -43,8 +43,21 @@ SYSCTLS = ["kernel/core_pattern", "kernel/panic", "kernel/hostname", "kernel/sys
 
 
 # ------------------------------------------------------------------------------------------- fixtures
+SYSTEM_TMP = Path(tempfile.gettempdir())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_tmp(tmp_path_factory):
+    """This module's host-side temp files (the scratch dirs of unsandboxed tools) go to a folder of its own, so
+    :func:`host_state` sees what *these* sandboxes leave, not what another test process's tools hold meanwhile."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("host_tmp"))
+    yield Path(tempfile.tempdir)
+    tempfile.tempdir = saved
+
+
 @pytest.fixture(scope="module")
-def tool():
+def tool(private_tmp):
     tool = PythonTool(min_idle=1, **LIMITS)
     tool.attach()
     LIVE_TOOLS.append(tool)
@@ -182,8 +195,9 @@ def _cgroup_dirs() -> int:
 def host_state(tool) -> dict:
     # each live sandbox holds two host fds: its control socket and stderr pipe
     sandboxes = sum(live.pool.settled() for live in LIVE_TOOLS)
-    tmp = {p.name for p in Path(tempfile.gettempdir()).iterdir()
-           if p.name.startswith("gym_llm_scratch_") or _owner(p) >= 1_900_000_000}
+    # host-side scratch dirs (this module's own temp dir), and anything a sandbox's uid wrote into the system's
+    tmp = {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("gym_llm_scratch_")} | \
+        {p.name for p in SYSTEM_TMP.iterdir() if _owner(p) >= 1_900_000_000}
     return {"sysctls": {name: Path("/proc/sys", name).read_text() for name in SYSCTLS
                         if Path("/proc/sys", name).exists()},
             "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
