@@ -6,52 +6,91 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-__all__ = ["ENVS", "EnvInfo", "register_envs"]
+__all__ = ["ENVS", "EnvInfo", "markdown_table", "register_envs"]
 
 
 @dataclass(frozen=True)
 class EnvInfo:
-    """What ``gym-llm list`` shows for one env id."""
+    """One env id: what Gymnasium registers, what ``gym-llm list`` shows and the README's env table holds
+    (``gym-llm list --markdown`` writes that table from these; ``tests/test_readme.py`` checks it)."""
 
     id: str
     entry_point: str
-    vector_entry_point: str
+    """``"module:Class"`` of the scalar env."""
     description: str
     reward_range: str
+    """The reward column: what a step pays."""
     action: str = "reply text (UnicodeText), or sampled token ids in tokens mode"
     observation: str = "the conversation rendered up to the generation prompt (text), or its ids + mask"
     commands: tuple[str, ...] = ("play", "eval", "train")
     """The ``gym-llm`` subcommands that work with this env (the others refuse it up front, saying why)."""
     not_for: str = ""
     """Why the other subcommands do not apply (shown when one is refused)."""
+    vector_entry_point: str = ""
+    """``"module:Class"`` of the native vector env; by default the one :class:`~gym_llm.core.env.LLMEnv` derives
+    for an env declared with ``build=`` (``LLMFooEnv`` -> ``LLMFooVectorEnv`` in the same module)."""
+    variants: str = ""
+    """Optional ``"module:function"`` returning the names of what the env can be pointed at (e.g. every
+    reasoning-gym dataset), listed by ``gym-llm list``; imported only then."""
+
+    def __post_init__(self) -> None:
+        if not self.vector_entry_point:
+            from gym_llm.core.env import vector_name
+
+            module, name = self.entry_point.split(":")
+            object.__setattr__(self, "vector_entry_point", f"{module}:{vector_name(name)}")
 
 
 ENVS: tuple[EnvInfo, ...] = (
-    EnvInfo("LLMBrowser-v0", "gym_llm.envs.browser:LLMBrowserEnv", "gym_llm.envs.browser:LLMBrowserVectorEnv",
-            "answer questions by browsing a local website with a real headless Chromium (Playwright)",
-            "{0, 1} (+ format_reward)"),
-    EnvInfo("LLMChat-v0", "gym_llm.envs.chat:LLMChatEnv", "gym_llm.envs.chat:LLMChatVectorEnv",
-            "multi-turn chat; scripted or simulated user turns; reward hook", "reward_fn (default 0)"),
-    EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv", "gym_llm.envs.gsm8k:LLMGSM8KVectorEnv",
-            "grade-school math word problems, scored on the final answer", "{0, 1} (+ format_reward)"),
-    EnvInfo("LLMIFEval-v0", "gym_llm.envs.ifeval:LLMIFEvalEnv", "gym_llm.envs.ifeval:LLMIFEvalVectorEnv",
-            "instruction following (IFEval), official strict/loose checks", "[0, 1] (fraction or all-or-nothing)"),
-    EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv", "gym_llm.envs.hashing:LLMHashingVectorEnv",
-            "token-level env for tree search: one token per step, 64-bit chain hash", "reward_fn at episode end (default 0)",
-            action="one token id (Discrete(V))",
-            observation="token ids + mask + 64-bit chain hash (+ incrementally decoded text)",
+    EnvInfo("LLMChat-v0", "gym_llm.envs.chat:LLMChatEnv",
+            "multi-turn chat; scripted or simulated user; reward hook", "`reward_fn(task, messages)`, default 0"),
+    EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv",
+            "grade-school math (local jsonl, `datasets`, or generated offline)",
+            "1.0 if the final answer is right under the one-answer rule ([docs/verifiers.md](docs/verifiers.md): "
+            "exactly one final answer — no candidate lists, negations, hedges, operators or multipliers; math-verify "
+            "under a hard deadline), else 0.0; + `format_reward` for `#### N`"),
+    EnvInfo("LLMIFEval-v0", "gym_llm.envs.ifeval:LLMIFEvalEnv",
+            "instruction following (IFEval's 541 prompts), scored exactly like the official evaluation",
+            "fraction of instructions followed (strict; or all-or-nothing, or loose), per-instruction results in "
+            "`info`"),
+    EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
+            "chat with a sandboxed persistent Python interpreter; default task GSM8K solved with code",
+            "the task's reward (GSM8K correctness)",
+            observation="the conversation rendered up to the generation prompt (text), or its ids + mask; tool "
+                        "results come back as `tool` turns"),
+    EnvInfo("LLMBrowser-v0", "gym_llm.envs.browser:LLMBrowserEnv",
+            "answer questions by browsing a local website the env serves on 127.0.0.1 with a real headless Chromium "
+            "(Playwright); built-in site: an invented town's wiki, shop, accounts, ferry",
+            "1.0 if the `Answer:` line matches an accepted answer, else 0.0 (+ `format_reward`)",
+            observation="the conversation rendered up to the generation prompt (text), or its ids + mask; browser "
+                        "results come back as `tool` turns"),
+    EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv",
+            "token-level env for tree search: one action = one token, 64-bit chain hash per node",
+            "`reward_fn` at episode end, default 0",
+            action="one token id (`Discrete(V)`)",
+            observation="token ids + mask + 64-bit chain `hash` (uint64) (+ incrementally decoded text)",
             commands=("play",),
             not_for="it is a token-level env for tree search (one action = one token id), while `gym-llm eval` and "
                     "`train` sample whole replies; drive it from Python (examples/mcts_hashing.py), or play it "
                     "yourself with `gym-llm play LLMHashing-v0`"),
-    EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
-            "gym_llm.envs.python_tool:LLMPythonToolVectorEnv",
-            "chat with a sandboxed persistent Python interpreter; default task GSM8K with code",
-            "task reward: {0, 1} on GSM8K (+ format_reward)"),
-    EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv", "gym_llm.envs.tokens:LLMTokensVectorEnv",
-            "generic token/text concatenation; eos or length ends an episode", "reward_fn (default 0)",
+    EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv",
+            "generic token/text concatenation; eos / stop strings / length end it",
+            "`reward_fn(task, sequence, done)`, default 0",
             action="token ids (MultiDiscrete + mask), or text", observation="the sequence so far (ids + mask, or text)"),
 )
+
+
+def markdown_table(envs: tuple[EnvInfo, ...] = ENVS) -> str:
+    """The README's env table: one row per id; a cell equal to the one above it reads "same"."""
+    rows = ["| id | what | action | observation | reward |", "|---|---|---|---|---|"]
+    previous: tuple[str, ...] = ()
+    for info in envs:
+        cells = (info.description, info.action, info.observation, info.reward_range)
+        shown = ["same" if previous and cell == previous[i] else cell.replace("|", "\\|")
+                 for i, cell in enumerate(cells)]
+        rows.append(f"| `{info.id}` | " + " | ".join(shown) + " |")
+        previous = cells
+    return "\n".join(rows)
 
 
 def register_envs() -> None:

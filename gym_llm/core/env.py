@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import sys
+from typing import Any, Callable
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
@@ -11,7 +13,10 @@ from gym_llm.core.episode import EnvCore, resolve_reset_task
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.tasks import TaskStream
 
-__all__ = ["LLMEnv", "TASK_SEED_BOUND"]
+__all__ = ["LLMEnv", "TASK_SEED_BOUND", "VECTOR_ARGUMENTS", "vector_name"]
+
+VECTOR_ARGUMENTS = ("num_envs", "group_size", "autoreset_mode", "task_assignment", "num_workers")
+"""The arguments a derived vector env takes besides its env's own (see :meth:`LLMEnv.__init_subclass__`)."""
 
 TASK_SEED_BOUND = 2**62
 """Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding."""
@@ -32,6 +37,37 @@ class LLMEnv(ConstructorPickle, gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    Vector: type | None = None
+    """The env's native vector env class (a :class:`~gym_llm.core.vector.LLMVectorEnv`), for envs declared with
+    ``build=`` (see :meth:`__init_subclass__`)."""
+
+    def __init_subclass__(cls, build: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+        """``class MyEnv(LLMEnv, build=build_my_env): ...`` declares an env by the function that builds its
+        :class:`~gym_llm.core.episode.EnvCore` from keyword arguments — the env's arguments, declared once:
+
+        * ``MyEnv(**kwargs)`` is ``LLMEnv(build(**kwargs))`` (plus ``render_mode``), with ``build``'s signature;
+        * ``MyEnv.Vector`` (also the module's ``MyVectorEnv``) ``(num_envs, group_size=..., autoreset_mode=..., task_assignment=..., num_workers=...,
+          **kwargs)`` is its native vector env over the same core (no hand-written vector class);
+        * registered with :func:`gym_llm.registration.register_env`, ``gym.make_vec(id,
+          vectorization_mode="vector_entry_point")`` makes ``MyEnv.Vector``.
+
+        ``build`` takes keyword arguments (exactly what the user passed); one that declares ``num_envs`` also gets
+        the vector env's batch size (None for the scalar env) to size pools by. The core may set
+        ``respond_workers`` and ``on_vector`` (:class:`~gym_llm.core.episode.EnvCore`) for the vector env.
+        """
+        if build is not None:
+            if not callable(build):
+                raise TypeError(f"{cls.__name__}: build= must be a function (**kwargs) -> EnvCore, got {build!r}.")
+            cls.build = staticmethod(build)
+            if "__init__" not in cls.__dict__:
+                cls.__init__ = _scalar_init(build)  # before ConstructorPickle wraps it (super() below)
+        super().__init_subclass__(**kwargs)
+        if build is not None and "Vector" not in cls.__dict__:
+            cls.Vector = _derive_vector(cls, build)
+            # ...and a module-level name, so it pickles by reference and registers as "module:<Name>VectorEnv"
+            module = sys.modules.get(cls.__module__)
+            if module is not None and cls.__qualname__ == cls.__name__:
+                vars(module).setdefault(cls.Vector.__name__, cls.Vector)
 
     def __init__(self, core: EnvCore, *, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -92,3 +128,68 @@ class LLMEnv(ConstructorPickle, gym.Env):
         self._episode.close()
         self.core.close()
         super().close()
+
+
+def vector_name(env_class_name: str) -> str:
+    """The derived vector env's class name: ``LLMCountdownEnv`` -> ``LLMCountdownVectorEnv``.
+
+    >>> vector_name("LLMCountdownEnv"), vector_name("Maze")
+    ('LLMCountdownVectorEnv', 'MazeVector')
+    """
+    return env_class_name[:-3] + "VectorEnv" if env_class_name.endswith("Env") else env_class_name + "Vector"
+
+
+def _keyword_parameters(build: Callable[..., Any]) -> list[inspect.Parameter]:
+    try:
+        parameters = list(inspect.signature(build).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: accept anything
+        return [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    return [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else p
+            for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
+
+
+def _scalar_init(build: Callable[..., Any]) -> Callable[..., None]:
+    sized = "num_envs" in inspect.signature(build).parameters
+
+    def __init__(self, *, render_mode: str | None = None, **kwargs: Any) -> None:
+        LLMEnv.__init__(self, build(num_envs=None, **kwargs) if sized else build(**kwargs), render_mode=render_mode)
+
+    __init__.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("render_mode", inspect.Parameter.KEYWORD_ONLY, default=None),
+        *[p for p in _keyword_parameters(build) if p.name not in ("render_mode", "num_envs")]])
+    return __init__
+
+
+def _derive_vector(env_cls: type, build: Callable[..., Any]) -> type:
+    """``env_cls.Vector``: an :class:`~gym_llm.core.vector.LLMVectorEnv` subclass whose constructor takes the vector
+    arguments and passes the rest to ``build``, named :func:`vector_name` of the env class."""
+    from gym_llm.core.vector import LLMVectorEnv
+
+    sized = "num_envs" in inspect.signature(build).parameters  # a build that sizes itself to the batch
+
+    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
+                 task_assignment: str = "per_group", num_workers: int | None = None, render_mode: str | None = None,
+                 **kwargs: Any) -> None:
+        core = build(num_envs=num_envs, **kwargs) if sized else build(**kwargs)
+        try:
+            LLMVectorEnv.__init__(self, core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
+                                  task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)
+        except BaseException:  # a bad vector argument: stop what the core started (sandboxes, servers)
+            core.close()
+            raise
+        if core.on_vector is not None:
+            core.on_vector(self.num_envs)
+
+    own = inspect.signature(__init__).parameters
+    __init__.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        *[p for name, p in own.items() if name != "kwargs"],
+        *[p for p in _keyword_parameters(build) if p.name not in own and p.name != "num_envs"]])
+    name = vector_name(env_cls.__name__)
+    return type(name, (LLMVectorEnv,), {
+        "__init__": __init__,
+        "__module__": env_cls.__module__,
+        "__qualname__": name if env_cls.__qualname__ == env_cls.__name__ else f"{env_cls.__qualname__}.Vector",
+        "__doc__": f"Native vector env of :class:`{env_cls.__name__}` (see :class:`~gym_llm.core.vector.LLMVectorEnv`): "
+                   f"``{name}(num_envs, group_size=..., **env_kwargs)``.",
+    })

@@ -76,6 +76,10 @@ class EnvCore:
         parallel_respond: whether ``Episode.respond`` is slow enough to be worth a thread pool in the
             vector env (tools, heavy verifiers). Fast scorers run inline.
         on_close: called once when the env closes (shared pools, servers).
+        respond_workers: the vector env's default ``num_workers`` when the env knows better than
+            ``parallel_respond`` does: an int, or ``"per_env"`` (one thread per sub-env: tools that wait).
+        on_vector: called with ``num_envs`` once a vector env is built over this core (e.g. to start that
+            many sandboxes ahead of the first reset).
     """
 
     tasks: Sequence[Task]
@@ -86,6 +90,8 @@ class EnvCore:
     parallel_respond: bool = False
     on_close: Callable[[], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    respond_workers: int | str | None = None
+    on_vector: Callable[[int], None] | None = None
 
     def close(self) -> None:
         if self.on_close is not None:

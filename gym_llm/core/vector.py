@@ -216,6 +216,8 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         self._done = np.ones(self.num_envs, dtype=bool)  # needs a reset before any step
         self._started = False
         self._last_obs: list[Any] = [None] * self.num_envs
+        if num_workers is None and core.respond_workers is not None:
+            num_workers = self.num_envs if core.respond_workers == "per_env" else int(core.respond_workers)
         workers = (4 if core.parallel_respond else 0) if num_workers is None else num_workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gym_llm_respond") if workers > 0 else None
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from os import PathLike
 from typing import Any, Mapping, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
+from gym_llm.core.chat import ChatConfig
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.envs.common import chat_env_core
+from gym_llm.envs.scored import ScoredReplyHandler
 from gym_llm.rewards.short_answer import grade
 from gym_llm.tasks.loading import load_records
 
@@ -64,20 +64,17 @@ def load_browser_tasks(tasks: Any, *, start_url: str, prompt_template: str = DEF
     return out
 
 
-class ShortAnswerHandler:
+def grade_short_answer_reply(reply: str, task: Task):
+    """:func:`gym_llm.rewards.short_answer.grade` of ``reply`` against the task's accepted answers."""
+    return grade(reply, task.data.get("accepted_answers") or [task.answer])
+
+
+class ShortAnswerHandler(ScoredReplyHandler):
     """Scores the final reply: 1.0 if its ``Answer:`` line matches an accepted answer (see
     :func:`gym_llm.rewards.short_answer.grade`), plus ``format_reward`` when the line is there."""
 
     def __init__(self, format_reward: float = 0.0):
-        self.format_reward = float(format_reward)
-
-    def respond(self, episode: ChatEpisode, reply: Message) -> Response:
-        task = episode.task
-        result = grade(reply.content, task.data.get("accepted_answers") or [task.answer])
-        reward = float(result.correct) + self.format_reward * float(result.formatted)
-        info = {"correct": result.correct, "formatted": result.formatted, "extracted_answer": result.extracted,
-                "reference_answer": result.reference}
-        return Response(reward, True, (), info)
+        super().__init__(grade_short_answer_reply, format_reward)
 
 
 def build_browser_core(
@@ -115,15 +112,17 @@ def build_browser_core(
         tool = BrowserTool(host_map={site_host: server.address}, **settings)
         task_list = load_browser_tasks(tasks, start_url=f"http://{site_host}/", prompt_template=prompt_template)
         config = ChatConfig(max_turns=max_turns, system_prompt=system_prompt, **chat_kwargs)
-        return chat_env_core(task_list, ShortAnswerHandler(format_reward), config, task_order=task_order,
+        core = chat_env_core(task_list, ShortAnswerHandler(format_reward), config, task_order=task_order,
                              tools=[tool, *tools], max_tool_calls_per_turn=max_tool_calls_per_turn,
                              on_close=server.close, extra={"browser_tool": tool, "site": server})
+        core.respond_workers = "per_env"  # each sub-env's turn waits on its browser page
+        return core
     except BaseException:
         server.close()
         raise
 
 
-class LLMBrowserEnv(LLMEnv):
+class LLMBrowserEnv(LLMEnv, build=build_browser_core):
     """Answer questions by browsing a website with a real headless Chromium.
 
     ## Description
@@ -180,21 +179,5 @@ class LLMBrowserEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_browser_core(**kwargs), render_mode=render_mode)
 
-
-class LLMBrowserVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMBrowserEnv`; ``num_workers`` defaults to ``num_envs``."""
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
-        core = build_browser_core(**kwargs)
-        try:
-            super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
-                             task_assignment=task_assignment,
-                             num_workers=num_envs if num_workers is None else num_workers, render_mode=render_mode)
-        except BaseException:
-            core.close()
-            raise
+LLMBrowserVectorEnv = LLMBrowserEnv.Vector

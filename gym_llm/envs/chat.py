@@ -12,8 +12,7 @@ from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
-from gym_llm.core.vector import LLMVectorEnv
-from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, DeadlineExceeded, isolate_hook
+from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S, call_reward, check_hook, isolate_hook
 from gym_llm.tasks.loading import load_records
 
 __all__ = ["LLMChatEnv", "LLMChatVectorEnv", "ChatHandler", "RewardFn", "UserSimulator", "builtin_chat_prompts"]
@@ -34,22 +33,6 @@ def builtin_chat_prompts() -> list[dict[str, Any]]:
         return read_jsonl(path)
 
 
-def call_reward(reward_fn: RewardFn | None, task: Task, messages: Sequence[Message]) -> tuple[float, dict[str, Any]]:
-    """Run a reward hook and normalise its result to ``(float, info)``. A hook under a deadline (what the envs make
-    of every ``reward_fn``: :func:`~gym_llm.rewards.deadline.isolate_hook`) that runs past it gives
-    ``(0.0, {"reward_error": ...})``."""
-    if reward_fn is None:
-        return 0.0, {}
-    try:
-        result = reward_fn(task, messages)
-    except DeadlineExceeded as e:  # a with_deadline hook past its limit: fail closed, and say so
-        return 0.0, {"reward_error": f"DeadlineExceeded: {e}"}
-    if isinstance(result, tuple):
-        reward, info = result
-        return float(reward), dict(info)
-    return float(result), {}
-
-
 _UNSCORED_END = Response(0.0, True, (), MappingProxyType({}))
 """How a conversation ends when there is no ``reward_fn``: one shared instance (a ``Response`` is frozen, this
 one's info read-only), because building a frozen dataclass per step cost a sixth of a text-mode vector step."""
@@ -66,12 +49,8 @@ class ChatHandler:
         user_simulator: UserSimulator | None = None,
         reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S,
     ):
-        if reward_fn is not None and not callable(reward_fn):
-            raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
-        if user_simulator is not None and not callable(user_simulator):
-            raise TypeError(
-                f"user_simulator must be callable(messages, task) -> str | None, got {type(user_simulator).__name__}."
-            )
+        check_hook(reward_fn)
+        check_hook(user_simulator, "user_simulator", "(messages, task) -> str | None")
         if follow_ups is not None and (isinstance(follow_ups, str) or not all(isinstance(f, str) for f in follow_ups)):
             raise TypeError("follow_ups must be a list of str (the user's scripted turns).")
         self.reward_fn = isolate_hook(reward_fn, reward_timeout_s)
@@ -117,7 +96,7 @@ def build_chat_core(
                          max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 
-class LLMChatEnv(LLMEnv):
+class LLMChatEnv(LLMEnv, build=build_chat_core):
     """Multi-turn chat.
 
     ## Description
@@ -165,16 +144,5 @@ class LLMChatEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_chat_core(**kwargs), render_mode=render_mode)
 
-
-class LLMChatVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMChatEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`)."""
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_chat_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode,
-                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)
+LLMChatVectorEnv = LLMChatEnv.Vector

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatCore, TurnHandler
@@ -9,7 +10,7 @@ from gym_llm.core.episode import EnvCore
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.tools.handler import with_tools
 
-__all__ = ["chat_env_core"]
+__all__ = ["chat_env_core", "take_arguments", "with_arguments_of"]
 
 
 def chat_env_core(
@@ -55,3 +56,39 @@ def chat_env_core(
         on_close=close if (stop_tools is not None or on_close is not None) else None,
         extra={"chat": core, **(extra or {})},
     )
+
+
+def take_arguments(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Pop from ``kwargs`` the keyword arguments ``fn`` declares, and return them: how a builder hands each part of
+    its arguments to the function that owns them (the task loader, then the core) without listing them again.
+
+    >>> def load(*, size=10, seed=0): ...
+    >>> kwargs = {"size": 5, "format_reward": 0.1}
+    >>> take_arguments(load, kwargs), kwargs
+    ({'size': 5}, {'format_reward': 0.1})
+    """
+    names = [name for name, p in inspect.signature(fn).parameters.items()
+             if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return {name: kwargs.pop(name) for name in names if name in kwargs}
+
+
+def with_arguments_of(*fns: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a ``builder(**kwargs)`` its own keyword arguments and those of the functions it forwards the rest to, as its
+    signature
+    (what ``help(Env)``, ``inspect.signature`` and the env class show): arguments are declared once, where they are
+    used. Positional parameters of ``fns`` (the tasks, the grade function) are not the user's and are left out."""
+    def decorate(builder: Callable[..., Any]) -> Callable[..., Any]:
+        parameters: dict[str, inspect.Parameter] = {}
+        var_keyword = None
+        for fn in (builder, *fns):  # the builder's own arguments first
+            for name, p in inspect.signature(fn).parameters.items():
+                if p.kind is inspect.Parameter.VAR_KEYWORD:
+                    var_keyword = var_keyword or p
+                elif p.kind is inspect.Parameter.KEYWORD_ONLY or (
+                        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is not inspect.Parameter.empty):
+                    parameters.setdefault(name, p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        builder.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [*parameters.values(), *([var_keyword] if var_keyword else [])],
+            return_annotation=inspect.signature(builder).return_annotation)
+        return builder
+    return decorate

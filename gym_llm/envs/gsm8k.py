@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
-from gym_llm.envs.chat import call_reward
-from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, isolate_hook
 from gym_llm.core.env import LLMEnv
-from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.core.vector import LLMVectorEnv
+from gym_llm.envs.common import take_arguments, with_arguments_of
+from gym_llm.envs.scored import ScoredReplyHandler, scored_reply_core
+from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, load_records
 
 __all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "generate_arithmetic",
-           "DEFAULT_GSM8K_PROMPT"]
+           "DEFAULT_GSM8K_PROMPT", "grade_gsm8k_reply"]
 
 DEFAULT_GSM8K_PROMPT = (
     "{question}\n\nSolve the problem step by step. On the last line, write the final answer as "
@@ -116,66 +114,30 @@ def generate_arithmetic(size: int, seed: int, *, max_operand: int = 9) -> list[d
             for a, b in operands.tolist()]
 
 
-class GSM8KHandler:
+def grade_gsm8k_reply(reply: str, task: Task):
+    """:func:`gym_llm.rewards.gsm8k.grade` of ``reply`` against the task's reference (the grade function of
+    ``LLMGSM8K-v0``)."""
+    return grade(reply, task.answer)
+
+
+class GSM8KHandler(ScoredReplyHandler):
     """Scores the single assistant turn: ``1.0`` if correct, plus ``format_reward`` if it states
     ``#### N``, plus ``reward_fn(task, messages)`` (a shaping hook, e.g. a length penalty) if given."""
 
     def __init__(self, format_reward: float = 0.0, reward_fn: Any = None,
                  reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S):
-        if reward_fn is not None and not callable(reward_fn):
-            raise TypeError(f"reward_fn must be callable(task, messages) -> float, got {type(reward_fn).__name__}.")
-        self.format_reward = float(format_reward)
-        self.reward_fn = isolate_hook(reward_fn, reward_timeout_s)
-
-    def respond(self, episode: ChatEpisode, reply: Message) -> Response:
-        result = grade(reply.content, episode.task.answer)
-        reward = float(result.correct) + self.format_reward * float(result.formatted)
-        info = {
-            "correct": result.correct,
-            "formatted": result.formatted,
-            "extracted_answer": result.extracted if result.extracted is not None else "",
-            "reference_answer": result.reference,
-            "answer_problem": result.problem or "",
-        }
-        if result.error is not None:  # grading could not finish (deadline): graded wrong, and said so
-            info["reward_error"] = result.error
-        if self.reward_fn is not None:
-            shaping, extra = call_reward(self.reward_fn, episode.task, (*episode.messages, reply))
-            reward += shaping
-            info.update(extra)
-        return Response(reward, True, (), info)
+        super().__init__(grade_gsm8k_reply, format_reward, reward_fn, reward_timeout_s)
 
 
-def build_gsm8k_core(
-    *,
-    data_files: Any = None,
-    tasks: Any = None,
-    source: GSM8KSource | None = None,
-    dataset_name: str = "openai/gsm8k",
-    dataset_config: str = "main",
-    split: str = "test",
-    num_generated: int = 1_000,
-    generator_seed: int = 0,
-    max_operand: int = 9,
-    prompt_template: str = DEFAULT_GSM8K_PROMPT,
-    format_reward: float = 0.0,
-    reward_fn: Any = None,
-    reward_timeout_s: float | None = DEFAULT_HOOK_TIMEOUT_S,
-    task_order: TaskOrder = "shuffle",
-    tools: Sequence[Any] | None = None,
-    max_tool_calls_per_turn: int = 8,
-    **chat_kwargs: Any,
-) -> EnvCore:
-    task_list = load_gsm8k_tasks(
-        data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
-        dataset_config=dataset_config, split=split, num_generated=num_generated,
-        generator_seed=generator_seed, max_operand=max_operand, prompt_template=prompt_template,
-    )
-    return chat_env_core(task_list, GSM8KHandler(format_reward, reward_fn, reward_timeout_s), ChatConfig(**chat_kwargs),
-                         task_order=task_order, tools=tools, max_tool_calls_per_turn=max_tool_calls_per_turn)
+@with_arguments_of(load_gsm8k_tasks, scored_reply_core)
+def build_gsm8k_core(**kwargs: Any) -> EnvCore:
+    """The env's core: :func:`load_gsm8k_tasks`'s arguments pick the tasks; the rest (``format_reward``,
+    ``reward_fn``, tools, every ``ChatConfig`` field) go to :func:`~gym_llm.envs.scored.scored_reply_core`."""
+    task_list = load_gsm8k_tasks(**take_arguments(load_gsm8k_tasks, kwargs))
+    return scored_reply_core(task_list, grade_gsm8k_reply, **kwargs)
 
 
-class LLMGSM8KEnv(LLMEnv):
+class LLMGSM8KEnv(LLMEnv, build=build_gsm8k_core):
     """Grade-school math (GSM8K).
 
     ## Description
@@ -231,16 +193,5 @@ class LLMGSM8KEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_gsm8k_core(**kwargs), render_mode=render_mode)
 
-
-class LLMGSM8KVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMGSM8KEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`)."""
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_gsm8k_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode,
-                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)
+LLMGSM8KVectorEnv = LLMGSM8KEnv.Vector

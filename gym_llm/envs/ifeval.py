@@ -12,7 +12,6 @@ from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.tasks.loading import load_hub_dataset, load_records
 
 __all__ = [
@@ -202,7 +201,8 @@ def build_ifeval_core(
     reward_mode: RewardMode = "fraction",
     loose: bool = False,
     strip_thinking: bool = False,
-    scoring_workers: int = 0,
+    scoring_workers: int | None = None,
+    num_envs: int | None = None,
     quality_guard: bool = False,
     task_order: TaskOrder = "shuffle",
     tools: Sequence[Any] | None = None,
@@ -214,13 +214,17 @@ def build_ifeval_core(
     require("ifeval", "if_verifiable", "langdetect", "nltk", "punkt", needed_by="LLMIFEval-v0")
     task_list = load_ifeval_tasks(data_files=data_files, tasks=tasks, source=source, dataset_name=dataset_name,
                                   split=split)
+    if scoring_workers is None:  # the scalar env scores inline; a vector env in processes (default_scoring_workers)
+        scoring_workers = default_scoring_workers(num_envs) if isinstance(num_envs, int) else 0
     handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers, quality_guard)
-    return chat_env_core(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
+    core = chat_env_core(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
                          max_tool_calls_per_turn=max_tool_calls_per_turn, parallel_respond=scoring_workers > 0,
                          on_close=handler.scorer.close, extra={"scorer": handler.scorer})
+    core.respond_workers = 2 * scoring_workers  # two replies in flight per process: a worker never waits
+    return core
 
 
-class LLMIFEvalEnv(LLMEnv):
+class LLMIFEvalEnv(LLMEnv, build=build_ifeval_core):
     """Instruction following (IFEval), scored exactly like the official evaluation.
 
     ## Description
@@ -278,8 +282,6 @@ class LLMIFEvalEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_ifeval_core(**kwargs), render_mode=render_mode)
 
 
 def default_scoring_workers(num_envs: int) -> int:
@@ -289,24 +291,8 @@ def default_scoring_workers(num_envs: int) -> int:
     return workers if workers >= 2 else 0
 
 
-class LLMIFEvalVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMIFEvalEnv` (see :class:`~gym_llm.core.vector.LLMVectorEnv`).
-
-    With ``scoring_workers=P > 0`` the sub-envs' replies are scored in ``P`` processes at once (the
-    respond threads that hand them over default to ``2 P``); with 0 they are scored one after another
-    in the stepping thread (threads alone do not help: the checkers hold the GIL). Default:
-    :func:`default_scoring_workers`.
-    """
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None,
-                 scoring_workers: int | None = None, **kwargs: Any):
-        if scoring_workers is None:
-            scoring_workers = default_scoring_workers(int(num_envs)) if isinstance(num_envs, int) else 0
-        if num_workers is None:  # two replies in flight per process: a worker never waits for the next one
-            num_workers = 2 * scoring_workers
-        super().__init__(build_ifeval_core(scoring_workers=scoring_workers, **kwargs), num_envs,
-                         group_size=group_size, autoreset_mode=autoreset_mode,
-                         task_assignment=task_assignment, num_workers=num_workers,
-                         render_mode=render_mode)
+LLMIFEvalVectorEnv = LLMIFEvalEnv.Vector
+"""Native vector env of :class:`LLMIFEvalEnv`. With ``scoring_workers=P > 0`` the sub-envs' replies are scored in
+``P`` processes at once (the respond threads that hand them over default to ``2 P``); with 0 they are scored one after
+another in the stepping thread (threads alone do not help: the checkers hold the GIL). Default:
+:func:`default_scoring_workers` of ``num_envs``."""

@@ -6,7 +6,6 @@ from typing import Any, Mapping, Sequence
 
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvCore
-from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.envs.gsm8k import build_gsm8k_core
 
 __all__ = ["LLMPythonToolEnv", "LLMPythonToolVectorEnv", "DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT", "build_python_tool_core"]
@@ -45,10 +44,12 @@ def build_python_tool_core(
     core = build_gsm8k_core(tools=[python_tool, *tools], max_turns=max_turns, system_prompt=system_prompt,
                             **gsm8k_kwargs)
     core.extra["python_tool"] = python_tool
+    core.respond_workers = "per_env"  # each sub-env's turn waits on its sandbox
+    core.on_vector = python_tool.prewarm  # start one sandbox per sub-env ahead of the first reset
     return core
 
 
-class LLMPythonToolEnv(LLMEnv):
+class LLMPythonToolEnv(LLMEnv, build=build_python_tool_core):
     """Chat with a sandboxed, persistent Python interpreter.
 
     ## Description
@@ -99,22 +100,5 @@ class LLMPythonToolEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_python_tool_core(**kwargs), render_mode=render_mode)
 
-
-class LLMPythonToolVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMPythonToolEnv`; ``num_workers`` defaults to ``num_envs``."""
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
-        core = build_python_tool_core(**kwargs)
-        try:
-            super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
-                             task_assignment=task_assignment,
-                             num_workers=num_envs if num_workers is None else num_workers, render_mode=render_mode)
-        except BaseException:
-            core.close()
-            raise
-        core.extra["python_tool"].prewarm(self.num_envs)
+LLMPythonToolVectorEnv = LLMPythonToolEnv.Vector

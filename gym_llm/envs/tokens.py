@@ -18,7 +18,6 @@ from gym_llm.core.spaces import UnicodeText, token_space
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.templates import ChatRenderer
 from gym_llm.core.tokenizer import TokenizerView
-from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.tasks.loading import load_records
 
 __all__ = ["LLMTokensEnv", "LLMTokensVectorEnv", "TokensConfig", "TokensEpisode"]
@@ -246,7 +245,7 @@ def build_tokens_core(*, prompts: Any = None, split: str | None = None, task_ord
     )
 
 
-class LLMTokensEnv(LLMEnv):
+class LLMTokensEnv(LLMEnv, build=build_tokens_core):
     """Generic token (or text) concatenation env — the base for language-model rollouts without chat.
 
     ## Description
@@ -284,16 +283,5 @@ class LLMTokensEnv(LLMEnv):
     * v0: initial version.
     """
 
-    def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_tokens_core(**kwargs), render_mode=render_mode)
 
-
-class LLMTokensVectorEnv(LLMVectorEnv):
-    """Native vector env of :class:`LLMTokensEnv`."""
-
-    def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
-                 task_assignment: str = "per_group",
-                 num_workers: int | None = None, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_tokens_core(**kwargs), num_envs, group_size=group_size,
-                         autoreset_mode=autoreset_mode,
-                         task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)
+LLMTokensVectorEnv = LLMTokensEnv.Vector

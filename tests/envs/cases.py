@@ -1,7 +1,9 @@
-"""Constructor arguments for every registered env id, in text and tokens modes.
+"""Constructor arguments for every registered env id, in text and tokens modes — driven by the registry.
 
-Every test that must cover "every env" iterates over :func:`env_cases`; ``test_every_id_has_a_case``
-fails when an env id is registered without a case here.
+Every test that must cover "every env" iterates over :func:`env_cases`, which walks ``gym_llm.ENVS``: an env id
+gets :data:`DEFAULT_CASES` (``{}`` in text mode; the tiny tokenizer in tokens mode) unless :data:`CASES` overrides
+it (data files, a smaller sequence, an env without a text mode). A new env that works with no arguments needs no
+entry here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ def _gsm8k() -> dict[str, Any]:
 
 SMALL_TOKENS = {"max_seq_len": 256, "max_action_tokens": 24}
 
-# id -> {case name: factory of kwargs}
+DEFAULT_CASES: dict[str, Callable[[], dict[str, Any]]] = {
+    "text": lambda: {},
+    "tokens": lambda: {"mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 1024, "max_action_tokens": 24},
+}
+"""The cases of an env id without an override: its defaults, in text and in tokens mode."""
+
+# id -> {case name: factory of kwargs}: the envs whose defaults do not suit a test (or have no text mode)
 CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
     "LLMBrowser-v0": {
         "text": lambda: {},
@@ -66,9 +74,15 @@ CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
 }
 
 
+def cases_of(env_id: str) -> dict[str, Callable[[], dict[str, Any]]]:
+    return CASES.get(env_id, DEFAULT_CASES)
+
+
 def env_cases() -> list[tuple[str, str]]:
-    return [(env_id, name) for env_id, cases in CASES.items() for name in cases]
+    import gym_llm
+
+    return [(info.id, name) for info in gym_llm.ENVS for name in cases_of(info.id)]
 
 
 def make_kwargs(env_id: str, name: str) -> dict[str, Any]:
-    return CASES[env_id][name]()
+    return cases_of(env_id)[name]()
