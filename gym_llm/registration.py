@@ -19,7 +19,9 @@ class EnvInfo:
     """``"module:Class"`` of the scalar env."""
     description: str
     reward_range: str
-    """The reward column: what a step pays."""
+    """What a step pays, in short (``gym-llm list``)."""
+    reward: str = ""
+    """The README table's reward column, in full (default: ``reward_range``)."""
     action: str = "reply text (UnicodeText), or sampled token ids in tokens mode"
     observation: str = "the conversation rendered up to the generation prompt (text), or its ids + mask"
     commands: tuple[str, ...] = ("play", "eval", "train")
@@ -43,30 +45,42 @@ class EnvInfo:
 
 ENVS: tuple[EnvInfo, ...] = (
     EnvInfo("LLMChat-v0", "gym_llm.envs.chat:LLMChatEnv",
-            "multi-turn chat; scripted or simulated user; reward hook", "`reward_fn(task, messages)`, default 0"),
+            "multi-turn chat; scripted or simulated user; reward hook", "reward_fn (default 0)",
+            reward="`reward_fn(task, messages)`, default 0"),
     EnvInfo("LLMGSM8K-v0", "gym_llm.envs.gsm8k:LLMGSM8KEnv",
-            "grade-school math (local jsonl, `datasets`, or generated offline)",
-            "1.0 if the final answer is right under the one-answer rule ([docs/verifiers.md](docs/verifiers.md): "
+            "grade-school math (local jsonl, `datasets`, or generated offline)", "{0, 1} (+ format_reward)",
+            reward="1.0 if the final answer is right under the one-answer rule ([docs/verifiers.md](docs/verifiers.md): "
             "exactly one final answer — no candidate lists, negations, hedges, operators or multipliers; math-verify "
             "under a hard deadline), else 0.0; + `format_reward` for `#### N`"),
     EnvInfo("LLMIFEval-v0", "gym_llm.envs.ifeval:LLMIFEvalEnv",
             "instruction following (IFEval's 541 prompts), scored exactly like the official evaluation",
-            "fraction of instructions followed (strict; or all-or-nothing, or loose), per-instruction results in "
+            "[0, 1] (fraction or all-or-nothing)",
+            reward="fraction of instructions followed (strict; or all-or-nothing, or loose), per-instruction results in "
             "`info`"),
+    EnvInfo("LLMCountdown-v0", "gym_llm.envs.countdown:LLMCountdownEnv",
+            "Countdown (TinyZero): reach the target with + - * / over the given numbers, each at most once; "
+            "generated offline with known solutions, or TinyZero's `nums`/`target` files", "{0, 1} (+ format_reward)",
+            reward="1.0 if the expression in `<answer>` is valid and equals the target (exact arithmetic, no `eval`), else "
+            "0.0; + `format_reward` for a parseable `<answer>`"),
+    EnvInfo("LLMReasoningGym-v0", "gym_llm.envs.reasoning_gym:LLMReasoningGymEnv",
+            "any of reasoning-gym's procedural datasets by name (arithmetic, logic, puzzles, ...), difficulty "
+            "settings passed through", "[0, 1]: the dataset's score_answer (+ format_reward)",
+            reward="the dataset's own `score_answer` on the `<answer>` (0.0–1.0); + `format_reward` for an `<answer>` tag",
+            variants="gym_llm.envs.reasoning_gym:dataset_names"),
     EnvInfo("LLMPythonTool-v0", "gym_llm.envs.python_tool:LLMPythonToolEnv",
             "chat with a sandboxed persistent Python interpreter; default task GSM8K solved with code",
-            "the task's reward (GSM8K correctness)",
+            "task reward: {0, 1} on GSM8K (+ format_reward)", reward="the task's reward (GSM8K correctness)",
             observation="the conversation rendered up to the generation prompt (text), or its ids + mask; tool "
                         "results come back as `tool` turns"),
     EnvInfo("LLMBrowser-v0", "gym_llm.envs.browser:LLMBrowserEnv",
             "answer questions by browsing a local website the env serves on 127.0.0.1 with a real headless Chromium "
-            "(Playwright); built-in site: an invented town's wiki, shop, accounts, ferry",
-            "1.0 if the `Answer:` line matches an accepted answer, else 0.0 (+ `format_reward`)",
+            "(Playwright); built-in site: an invented town's wiki, shop, accounts, ferry", "{0, 1} (+ format_reward)",
+            reward="1.0 if the `Answer:` line matches an accepted answer, else 0.0 (+ `format_reward`)",
             observation="the conversation rendered up to the generation prompt (text), or its ids + mask; browser "
                         "results come back as `tool` turns"),
     EnvInfo("LLMHashing-v0", "gym_llm.envs.hashing:LLMHashingEnv",
             "token-level env for tree search: one action = one token, 64-bit chain hash per node",
-            "`reward_fn` at episode end, default 0",
+            "reward_fn at episode end (default 0)", reward="`reward_fn` at episode end, default 0",
             action="one token id (`Discrete(V)`)",
             observation="token ids + mask + 64-bit chain `hash` (uint64) (+ incrementally decoded text)",
             commands=("play",),
@@ -74,8 +88,8 @@ ENVS: tuple[EnvInfo, ...] = (
                     "`train` sample whole replies; drive it from Python (examples/mcts_hashing.py), or play it "
                     "yourself with `gym-llm play LLMHashing-v0`"),
     EnvInfo("LLMTokens-v0", "gym_llm.envs.tokens:LLMTokensEnv",
-            "generic token/text concatenation; eos / stop strings / length end it",
-            "`reward_fn(task, sequence, done)`, default 0",
+            "generic token/text concatenation; eos / stop strings / length end it", "reward_fn (default 0)",
+            reward="`reward_fn(task, sequence, done)`, default 0",
             action="token ids (MultiDiscrete + mask), or text", observation="the sequence so far (ids + mask, or text)"),
 )
 
@@ -85,7 +99,7 @@ def markdown_table(envs: tuple[EnvInfo, ...] = ENVS) -> str:
     rows = ["| id | what | action | observation | reward |", "|---|---|---|---|---|"]
     previous: tuple[str, ...] = ()
     for info in envs:
-        cells = (info.description, info.action, info.observation, info.reward_range)
+        cells = (info.description, info.action, info.observation, info.reward or info.reward_range)
         shown = ["same" if previous and cell == previous[i] else cell.replace("|", "\\|")
                  for i, cell in enumerate(cells)]
         rows.append(f"| `{info.id}` | " + " | ".join(shown) + " |")
