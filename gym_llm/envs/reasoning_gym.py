@@ -1,0 +1,175 @@
+"""``LLMReasoningGym-v0``: any of reasoning-gym's procedural datasets, scored by the dataset's own ``score_answer``.
+
+One module: the task loader over ``reasoning_gym.create_dataset``, the grade function (the reply's final answer —
+``<answer>`` tag, else an ``Answer:`` line — scored by the dataset, under a deadline), and the env declared by its
+builder. reasoning-gym is an optional dependency: ``pip install 'gym-llm[reasoning_gym]'``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Mapping
+
+from gym_llm.core.env import LLMEnv
+from gym_llm.core.episode import EnvCore
+from gym_llm.core.messages import Message
+from gym_llm.core.tasks import Task
+from gym_llm.envs.scored import Grade, scored_reply_core
+from gym_llm.rewards.answers import final_answer
+from gym_llm.rewards.deadline import DeadlineExceeded, isolate_hook
+
+__all__ = ["DEFAULT_REASONING_GYM_SYSTEM_PROMPT", "LLMReasoningGymEnv", "build_reasoning_gym", "dataset_names",
+           "load_reasoning_gym_tasks", "score_entry"]
+
+DEFAULT_REASONING_GYM_SYSTEM_PROMPT = (
+    "Think the problem through step by step. Then give only the final answer, in exactly the form the question "
+    "asks for, inside <answer> </answer> tags."
+)
+"""The default system prompt: reasoning-gym's scorers read the ``<answer>`` tag."""
+
+DEFAULT_SCORE_TIMEOUT_S = 10.0
+"""A reply's scoring (some datasets parse it with sympy) is killed past this and graded wrong."""
+
+
+def _reasoning_gym():
+    try:
+        import reasoning_gym
+    except ImportError as e:
+        raise ImportError("LLMReasoningGym-v0 generates its tasks with reasoning-gym: "
+                          "pip install 'gym-llm[reasoning_gym]'.") from e
+    return reasoning_gym
+
+
+def dataset_names() -> list[str]:
+    """Every dataset name reasoning-gym registers (``gym-llm list`` shows them under ``LLMReasoningGym-v0``)."""
+    from reasoning_gym.factory import DATASETS  # noqa: the registry is filled by importing reasoning_gym
+
+    _reasoning_gym()
+    return sorted(DATASETS)
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(dict(config), sort_keys=True)
+    except TypeError as e:
+        raise TypeError(f"config must be a JSON-like mapping of the dataset's settings, got {config!r}: {e}") from e
+
+
+@functools.lru_cache(maxsize=64)
+def _scorer(dataset: str, config_key: str):
+    """One dataset object per (name, settings) in this process, for its ``score_answer``."""
+    return _reasoning_gym().create_dataset(dataset, size=1, seed=0, **json.loads(config_key))
+
+
+def score_entry(dataset: str, config_key: str, answer: str, entry: Mapping[str, Any]) -> float:
+    """``score_answer(answer, entry)`` of the named dataset (made once per process)."""
+    return float(_scorer(dataset, config_key).score_answer(answer, dict(entry)))
+
+
+def load_reasoning_gym_tasks(dataset: str = "basic_arithmetic", *, config: Mapping[str, Any] | None = None,
+                             size: int = 1_000, seed: int = 0) -> list[Task]:
+    """``size`` tasks of reasoning-gym dataset ``dataset`` (see :func:`dataset_names`), generated with ``seed`` and
+    the dataset's settings ``config`` (its difficulty knobs: e.g. ``{"min_terms": 2, "max_terms": 4}`` for
+    ``basic_arithmetic``; a curriculum passes the settings of its current level).
+
+    Raises:
+        ValueError: an unknown dataset name (the message lists the close ones) or settings the dataset refuses.
+    """
+    reasoning_gym = _reasoning_gym()
+    names = dataset_names()
+    if dataset not in names:
+        import difflib
+
+        close = difflib.get_close_matches(str(dataset), names, n=5, cutoff=0.5)
+        raise ValueError(f"reasoning-gym has no dataset {dataset!r}" + (f"; did you mean {close}?" if close else "")
+                         + f" ({len(names)} datasets: `gym-llm list` shows them).")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be an int >= 1, got {size!r}.")
+    settings = dict(config or {})
+    try:
+        data = reasoning_gym.create_dataset(dataset, size=size, seed=int(seed), **settings)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise ValueError(f"reasoning-gym refused the settings {settings} for {dataset!r}: {type(e).__name__}: {e}") \
+            from e
+    tasks = []
+    for index, entry in enumerate(data):
+        answer = entry.get("answer")  # None: the dataset checks an answer's validity instead (many are right)
+        tasks.append(Task(index, (Message("user", str(entry["question"])),), None if answer is None else str(answer),
+                          {"dataset": dataset, "entry": entry}))
+    return tasks
+
+
+def _grade(reply: str, task: Task, *, scorer: Any) -> Grade:
+    answer, found = final_answer(reply)
+    reference = task.answer or ""
+    if not found:
+        return Grade(False, False, "", reference, score=0.0,
+                     problem="no <answer>...</answer> (or 'Answer:' line) in the reply")
+    try:
+        score = min(1.0, max(0.0, float(scorer(answer, task.data["entry"]))))
+    except DeadlineExceeded as e:
+        return Grade(False, True, answer, reference, score=0.0, error=f"DeadlineExceeded: {e}")
+    return Grade(score >= 1.0, True, answer, reference, score=score)
+
+
+def build_reasoning_gym(*, dataset: str = "basic_arithmetic", config: Mapping[str, Any] | None = None,
+                        size: int = 1_000, seed: int = 0, score_timeout_s: float | None = DEFAULT_SCORE_TIMEOUT_S,
+                        system_prompt: str | None = DEFAULT_REASONING_GYM_SYSTEM_PROMPT, **common: Any) -> EnvCore:
+    """The env's core; ``**common``: ``format_reward``, ``reward_fn``, ``task_order``, tools and every ``ChatConfig``
+    field (:func:`~gym_llm.envs.scored.scored_reply_core`)."""
+    tasks = load_reasoning_gym_tasks(dataset, config=config, size=size, seed=seed)
+    scorer = functools.partial(score_entry, dataset, _config_key(config or {}))
+    scorer = isolate_hook(scorer, score_timeout_s, name=f"{dataset}.score_answer")
+    return scored_reply_core(tasks, functools.partial(_grade, scorer=scorer), system_prompt=system_prompt, **common)
+
+
+class LLMReasoningGymEnv(LLMEnv, build=build_reasoning_gym):
+    """Any reasoning-gym dataset (arithmetic, algebra, logic, graphs, puzzles, ciphers, ...; 100+ generators).
+
+    ## Description
+    One generated problem per episode; the policy answers once, with its final answer inside ``<answer> </answer>``
+    tags (an ``Answer:`` line is read too). The dataset's own ``score_answer`` scores it — exact match for most,
+    partial credit for some — in a worker process under ``score_timeout_s`` (a reply that makes a scorer hang is
+    graded 0 with ``info["reward_error"]``).
+
+    ## Action Space
+    Text mode: ``UnicodeText(max_action_chars)``; tokens mode: padded ids + mask (see ``LLMChat-v0``).
+
+    ## Observation Space
+    The problem rendered with the chat template after the system prompt (text), or its token ids (tokens mode).
+
+    ## Rewards
+    | outcome | reward |
+    |---|---|
+    | the dataset's ``score_answer`` of the tagged answer | 0.0–1.0 |
+    | no ``<answer>`` tag or ``Answer:`` line | 0.0 |
+    | plus, if an answer was stated | ``format_reward`` (default 0.0) |
+    | plus, if given | ``reward_fn(task, messages)`` |
+
+    ``info``: ``correct`` (score 1.0), ``score``, ``formatted``, ``extracted_answer``, ``reference_answer`` (the
+    dataset's answer), ``answer_problem``.
+
+    ## Starting State
+    The next problem of the task stream (seeded shuffle; ``options={"task_id": i}`` forces one).
+    ``task.data["entry"]`` is reasoning-gym's entry (question, answer, metadata).
+
+    ## Episode End
+    Terminated after the one assistant turn.
+
+    ## Arguments
+    * ``dataset`` (default ``"basic_arithmetic"``; ``gym-llm list`` names them all), ``config`` (the dataset's
+      settings: its difficulty knobs), ``size`` (problems generated), ``seed``. **Held-out sets:** reasoning-gym
+      draws problem ``i`` from ``seed + i``, so ``seed=0`` and ``seed=1`` share all but one problem; give the
+      evaluation env a seed more than ``size`` away from the training one (e.g. ``seed=1_000_000``), and expect
+      repeats anyway where a dataset's problem space is small.
+    * ``score_timeout_s`` (None: score in the env's thread), ``system_prompt``, ``format_reward``, ``reward_fn``,
+      ``task_order``, tools, and every ``ChatConfig`` field.
+
+    ## Vectorized environment
+    ``gym.make_vec("LLMReasoningGym-v0", num_envs=8, group_size=4, dataset="chain_sum")``
+    (:class:`LLMReasoningGymVectorEnv`, derived).
+
+    ## Version History
+    * v0: initial version.
+    """
