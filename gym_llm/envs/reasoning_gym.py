@@ -76,7 +76,6 @@ def load_reasoning_gym_tasks(dataset: str = "basic_arithmetic", *, config: Mappi
     Raises:
         ValueError: an unknown dataset name (the message lists the close ones) or settings the dataset refuses.
     """
-    reasoning_gym = _reasoning_gym()
     names = dataset_names()
     if dataset not in names:
         import difflib
@@ -88,7 +87,7 @@ def load_reasoning_gym_tasks(dataset: str = "basic_arithmetic", *, config: Mappi
         raise ValueError(f"size must be an int >= 1, got {size!r}.")
     settings = dict(config or {})
     try:
-        data = reasoning_gym.create_dataset(dataset, size=size, seed=int(seed), **settings)
+        data = _generated(dataset, _config_key(settings), size, int(seed))
     except (TypeError, ValueError, AssertionError) as e:
         raise ValueError(f"reasoning-gym refused the settings {settings} for {dataset!r}: {type(e).__name__}: {e}") \
             from e
@@ -98,6 +97,13 @@ def load_reasoning_gym_tasks(dataset: str = "basic_arithmetic", *, config: Mappi
         tasks.append(Task(index, (Message("user", str(entry["question"])),), None if answer is None else str(answer),
                           {"dataset": dataset, "entry": entry}))
     return tasks
+
+
+@functools.lru_cache(maxsize=8)
+def _generated(dataset: str, config_key: str, size: int, seed: int) -> tuple[dict[str, Any], ...]:
+    """The dataset's entries, generated once per process per settings (an env made again with the same arguments,
+    and every sub-env, reads the same entries)."""
+    return tuple(_reasoning_gym().create_dataset(dataset, size=size, seed=seed, **json.loads(config_key)))
 
 
 def _grade(reply: str, task: Task, *, scorer: Any) -> Grade:
