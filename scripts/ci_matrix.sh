@@ -3,7 +3,7 @@
 # and prints a table of the results. For whoever touches engines, weights, kernels or numerics: a suite that is green
 # on one CPU must be green on the others (an AVX2-only part, an AVX-512 EPYC, an AMX Xeon).
 #
-#   bash scripts/ci_matrix.sh                 # the whole suite per path (about 13 minutes each on 2 cores)
+#   bash scripts/ci_matrix.sh                 # the whole suite per path (about 8-10 minutes each on 2 cores)
 #   bash scripts/ci_matrix.sh -x tests/adapters/engines tests/adapters/trl      # pytest arguments pass through
 #   PATHS="native gemm=torch" bash scripts/ci_matrix.sh                          # choose the paths
 #   LOG_DIR=/tmp/matrix bash scripts/ci_matrix.sh                                # where each path's log goes (default .)
