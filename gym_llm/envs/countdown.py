@@ -20,7 +20,7 @@ from gym_llm.core.tasks import Task
 from gym_llm.envs.common import take_arguments, with_arguments_of
 from gym_llm.envs.scored import Grade, scored_reply_core
 from gym_llm.rewards.answers import final_answer
-from gym_llm.tasks.loading import load_hub_dataset, load_records
+from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
 __all__ = ["DEFAULT_COUNTDOWN_PROMPT", "CountdownError", "LLMCountdownEnv", "build_countdown", "check_expression",
            "evaluate", "generate_countdown", "grade_countdown", "load_countdown_tasks"]
@@ -249,19 +249,12 @@ def load_countdown_tasks(*, data_files: Any = None, tasks: Any = None, source: C
     """
     if "{numbers}" not in prompt_template or "{target}" not in prompt_template:
         raise ValueError(f"prompt_template must contain '{{numbers}}' and '{{target}}', got {prompt_template!r}.")
-    if tasks is not None:
-        records = load_records(tasks, split=split)
-    elif data_files is not None or source == "file":
-        if data_files is None:
-            raise ValueError("source='file' needs data_files= (TinyZero's .parquet, or a .jsonl with nums/target).")
-        records = load_records(data_files)
-    elif source == "hub":
-        records = load_hub_dataset(dataset_name, None, split)
-    elif source in (None, "generated"):
-        records = _generated(num_generated, generator_seed, num_numbers if isinstance(num_numbers, int)
-                             else tuple(num_numbers), max_number, max_target)
-    else:
-        raise ValueError(f"source must be 'generated', 'file', 'hub' or None, got {source!r}.")
+    records = records_from_source(
+        tasks=tasks, data_files=data_files, source=source, split=split, default="generated",
+        file_hint="TinyZero's .parquet, or a .jsonl with nums/target",
+        sources={"generated": lambda: _generated(num_generated, generator_seed, num_numbers if isinstance(
+                     num_numbers, int) else tuple(num_numbers), max_number, max_target),
+                 "hub": lambda: load_hub_dataset(dataset_name, None, split)})
     out = []
     for index, record in enumerate(records):
         nums = record.get("nums") if isinstance(record, dict) else None

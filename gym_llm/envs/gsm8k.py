@@ -12,7 +12,7 @@ from gym_llm.envs.common import take_arguments, with_arguments_of
 from gym_llm.envs.scored import ScoredReplyHandler, scored_reply_core
 from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S
 from gym_llm.rewards.gsm8k import grade, reference_answer
-from gym_llm.tasks.loading import load_hub_dataset, load_records
+from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
 __all__ = ["LLMGSM8KEnv", "LLMGSM8KVectorEnv", "GSM8KHandler", "load_gsm8k_tasks", "generate_arithmetic",
            "DEFAULT_GSM8K_PROMPT", "grade_gsm8k_reply"]
@@ -46,19 +46,9 @@ def load_gsm8k_tasks(
     """
     if "{question}" not in prompt_template:
         raise ValueError(f"prompt_template must contain '{{question}}', got {prompt_template!r}.")
-    if tasks is not None:
-        records = load_records(tasks, split=split)
-    elif data_files is not None or source == "file":
-        if data_files is None:
-            raise ValueError("source='file' needs data_files= (a GSM8K .jsonl path with 'question' and 'answer').")
-        records = load_records(data_files)
-    elif source == "gsm_symbolic":
-        records = _generate_gsm_symbolic(num_generated, generator_seed)
-    elif source == "arithmetic":
-        records = generate_arithmetic(num_generated, generator_seed, max_operand=max_operand)
-    elif source in (None, "hub"):
+    def hub() -> list[Any]:
         try:
-            records = load_hub_dataset(dataset_name, dataset_config, split)
+            return load_hub_dataset(dataset_name, dataset_config, split)
         except Exception as e:
             raise RuntimeError(
                 f"Could not load GSM8K from the Hugging Face hub ({dataset_name!r}, config {dataset_config!r}, "
@@ -67,8 +57,12 @@ def load_gsm8k_tasks(
                 "  2. the hub:       pip install 'gym-llm[datasets]' on a machine that reaches huggingface.co\n"
                 "  3. generated:     source='gsm_symbolic'  (offline, reasoning-gym: pip install 'gym-llm[gsm_symbolic]')"
             ) from e
-    else:
-        raise ValueError(f"source must be 'file', 'hub', 'gsm_symbolic', 'arithmetic' or None, got {source!r}.")
+
+    records = records_from_source(
+        tasks=tasks, data_files=data_files, source=source, split=split, default="hub",
+        file_hint="a GSM8K .jsonl path with 'question' and 'answer'",
+        sources={"hub": hub, "gsm_symbolic": lambda: _generate_gsm_symbolic(num_generated, generator_seed),
+                 "arithmetic": lambda: generate_arithmetic(num_generated, generator_seed, max_operand=max_operand)})
     out = []
     for index, record in enumerate(records):
         if not isinstance(record, dict) or "question" not in record or "answer" not in record:

@@ -12,7 +12,7 @@ from gym_llm.envs.common import chat_env_core
 from gym_llm.core.episode import EnvCore
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.tasks.loading import load_hub_dataset, load_records
+from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
 __all__ = [
     "IFEvalHandler", "LLMIFEvalEnv", "LLMIFEvalVectorEnv", "RewardMode", "build_ifeval_core", "default_scoring_workers",
@@ -55,15 +55,9 @@ def load_ifeval_tasks(
         RuntimeError: no source is reachable; the message lists the options.
         ValueError: a malformed row (names the row and what is wrong).
     """
-    if tasks is not None:
-        records = load_records(tasks, split=split)
-    elif data_files is not None or source == "file":
-        if data_files is None:
-            raise ValueError("source='file' needs data_files= (IFEval's input_data.jsonl).")
-        records = load_records(data_files)
-    elif source in (None, "hub"):
+    def hub() -> list[Any]:
         try:
-            records = load_hub_dataset(dataset_name, None, split)
+            return load_hub_dataset(dataset_name, None, split)
         except Exception as e:
             raise RuntimeError(
                 f"Could not load IFEval from the Hugging Face hub ({dataset_name!r}, split {split!r}): "
@@ -72,8 +66,9 @@ def load_ifeval_tasks(
                 "  2. rows:         tasks=[{'prompt', 'instruction_id_list', 'kwargs'}, ...] or a datasets.Dataset\n"
                 "  3. the hub:      pip install 'gym-llm[datasets]' on a machine that reaches huggingface.co"
             ) from e
-    else:
-        raise ValueError(f"source must be 'file', 'hub' or None, got {source!r}.")
+
+    records = records_from_source(tasks=tasks, data_files=data_files, source=source, split=split, default="hub",
+                                  file_hint="IFEval's input_data.jsonl", sources={"hub": hub})
     out = [_task_from_row(i, row) for i, row in enumerate(records)]
     _validate_rows(out)
     return out

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["load_records", "read_jsonl", "load_hub_dataset"]
+__all__ = ["load_records", "read_jsonl", "load_hub_dataset", "records_from_source"]
 
 PathLike = str | os.PathLike
 
@@ -141,3 +141,26 @@ def load_records(
     if not records:
         raise ValueError("The task source is empty; it must hold at least one prompt or record.")
     return records
+
+
+def records_from_source(*, tasks: Any, data_files: Any, source: str | None, split: str | None, file_hint: str,
+                        sources: Mapping[str, Callable[[], list[Any]]], default: str) -> list[Any]:
+    """The records of an env's task source, by the rule every env follows: ``tasks=`` (records or a
+    ``datasets.Dataset``), else ``data_files=`` (or ``source="file"``), else the named ``source`` — one of ``sources``
+    (e.g. ``"hub"``, a generator), ``default`` when None.
+
+    Raises:
+        ValueError: ``source="file"`` without ``data_files`` (``file_hint`` says what file), or an unknown source,
+            naming the choices.
+    """
+    if tasks is not None:
+        return load_records(tasks, split=split)
+    if data_files is not None or source == "file":
+        if data_files is None:
+            raise ValueError(f"source='file' needs data_files= ({file_hint}).")
+        return load_records(data_files)
+    name = default if source is None else source
+    if name not in sources:
+        choices = ["file", *sources]
+        raise ValueError(f"source must be {', '.join(map(repr, choices))} or None, got {source!r}.")
+    return sources[name]()

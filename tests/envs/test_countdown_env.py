@@ -153,3 +153,14 @@ def test_tinyzero_files_from_a_users_path(tmp_path):
         env.close()
     with pytest.raises(ValueError, match="Countdown record 0 needs 'nums'"):
         gym.make("LLMCountdown-v0", tasks=[{"numbers": [1, 2], "target": 3}])
+
+
+def test_task_sources_follow_the_shared_rule():
+    """tasks= > data_files= > source (tasks/loading.records_from_source, as GSM8K and IFEval)."""
+    records = [{"nums": [1, 2], "target": 3}]
+    assert [t.data["nums"] for t in load_countdown_tasks(tasks=records, num_generated=5)] == [[1, 2]]
+    assert len(load_countdown_tasks(num_generated=5)) == 5  # default: generated
+    with pytest.raises(ValueError, match="source='file' needs data_files= \\(TinyZero's .parquet"):
+        load_countdown_tasks(source="file")
+    with pytest.raises(ValueError, match="source must be 'file', 'generated', 'hub' or None, got 'web'"):
+        load_countdown_tasks(source="web")
