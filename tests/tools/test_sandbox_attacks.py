@@ -233,9 +233,17 @@ def host_unchanged(request, tool):
     assert after["cgroup_dirs"] <= 2 * after["sandboxes"], ("cgroups left behind", after)
     assert after["slab_kb"] - before["slab_kb"] < 48 << 10, "kernel slab grew by more than 48 MiB"
     assert after["rss_kb"] - before["rss_kb"] < 64 << 10, "the host process grew by more than 64 MiB"
-    tree = _children()
-    for sandbox in list(tool.pool._idle):  # bwrap, its init, the zygote, the spare relay and REPL; nothing else
-        assert _descendants(sandbox.process.pid, tree) <= 4, "a process outlived its episode"
+    # bwrap, its init, the zygote, the spare relay and REPL; nothing else. An episode's relay and REPL are killed when
+    # it ends and reaped a moment later: on a loaded machine (seen once, in the unprivileged run beside the whole
+    # suite) they were still there 50 ms after; a process that outlives its episode is there after 2 s too.
+    deadline = time.monotonic() + 2.0
+    while True:
+        tree = _children()
+        counts = [_descendants(sandbox.process.pid, tree) for sandbox in list(tool.pool._idle)]
+        if all(count <= 4 for count in counts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert all(count <= 4 for count in counts), ("a process outlived its episode", counts)
 
 
 def thread_cap_in_force(tool) -> bool:
