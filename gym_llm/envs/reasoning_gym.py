@@ -43,9 +43,9 @@ def _reasoning_gym():
 
 def dataset_names() -> list[str]:
     """Every dataset name reasoning-gym registers (``gym-llm list`` shows them under ``LLMReasoningGym-v0``)."""
-    from reasoning_gym.factory import DATASETS  # noqa: the registry is filled by importing reasoning_gym
+    _reasoning_gym()  # a missing package: the error says which extra installs it
+    from reasoning_gym.factory import DATASETS  # filled by importing reasoning_gym
 
-    _reasoning_gym()
     return sorted(DATASETS)
 
 

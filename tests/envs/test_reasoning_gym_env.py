@@ -10,8 +10,6 @@ import pytest
 import gym_llm  # noqa: F401
 from gym_llm.envs.reasoning_gym import dataset_names, load_reasoning_gym_tasks
 
-pytest.importorskip("reasoning_gym")
-
 # a spread of kinds, each fast to generate: arithmetic, algebra, strings, logic, graphs, games, codes
 SAMPLE = ["basic_arithmetic", "chain_sum", "gcd", "simple_equations", "letter_counting", "spell_backward",
           "caesar_cipher", "number_sorting", "family_relationships", "shortest_path", "maze", "mini_sudoku",
