@@ -65,7 +65,7 @@ def run_gym_llm(batch: int, rounds: int) -> Result:
     PythonSession.run = timed
     envs = LLMPythonToolVectorEnv(batch, tasks=tasks(batch * 4), max_turns=3)
     try:
-        envs.core.extra["python_tool"].pool.prewarm(batch + 1, wait=True)
+        envs.parts.extra["python_tool"].pool.prewarm(batch + 1, wait=True)
         envs.reset(seed=0)
 
         def round_() -> None:

@@ -158,7 +158,7 @@ def main() -> dict:
     # e.g. in the loose variants of a reply; that is expected here, not a failure.
     logging.getLogger().addFilter(lambda record: "Unable to detect language" not in record.getMessage())
     env = gym.make("LLMIFEval-v0", data_files=str(data_file), reward_mode="fraction")
-    count = min(args.num_prompts, len(env.unwrapped.core.tasks))
+    count = min(args.num_prompts, len(env.unwrapped.parts.tasks))
     passed: dict[str, dict[str, list[bool]]] = defaultdict(lambda: {"policy": [], "baseline": []})
     rewards: dict[str, list[float]] = {"policy": [], "baseline": []}
     all_followed: dict[str, int] = {"policy": 0, "baseline": 0}

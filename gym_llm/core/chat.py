@@ -27,7 +27,7 @@ from gym_llm.core.tasks import Task
 from gym_llm.core.templates import ChatRenderer
 from gym_llm.core.tokenizer import TokenizerView
 
-__all__ = ["ChatConfig", "ChatCore", "ChatEpisode", "Response", "TurnHandler"]
+__all__ = ["ChatConfig", "ChatCommon", "ChatEpisode", "Response", "TurnHandler"]
 
 Mode = Literal["text", "tokens"]
 _CLOSING_TAIL_TOKENS = 8  # how many sampled tokens to decode when checking whether the turn was closed
@@ -120,7 +120,7 @@ class TurnHandler(Protocol):
     def respond(self, episode: "ChatEpisode", reply: Message) -> Response: ...
 
 
-class ChatCore:
+class ChatCommon:
     """Everything the chat episodes of one env share: config, renderer, tokenizer, handler, caches."""
 
     def __init__(self, config: ChatConfig, handler: TurnHandler, *, tools: Sequence[Mapping[str, Any]] | None = None):
@@ -198,9 +198,9 @@ class ChatEpisode(Episode):
         resources: per-episode objects owned by the handler (e.g. a sandbox).
     """
 
-    def __init__(self, core: ChatCore):
-        self.core = core
-        self.config = core.config
+    def __init__(self, common: ChatCommon):
+        self.common = common
+        self.config = common.config
         self.task: Task | None = None
         self.messages: list[Message] = []
         self.turn = 0
@@ -242,7 +242,7 @@ class ChatEpisode(Episode):
     def start(self, task: Task) -> tuple[Any, dict[str, Any]]:
         if self._open:
             self.close()
-        opening, prompt = self.core.opening_prompt(task)
+        opening, prompt = self.common.opening_prompt(task)
         if self._text_mode:
             self._text = prompt
         else:
@@ -253,8 +253,8 @@ class ChatEpisode(Episode):
         self.task = task
         self.messages = list(opening)
         self.turn = 0
-        if self.core.start_hook is not None:
-            self.core.start_hook(self)
+        if self.common.start_hook is not None:
+            self.common.start_hook(self)
         self._open = True
         if self._text_mode:
             return prompt, {"turn": 0}
@@ -263,11 +263,11 @@ class ChatEpisode(Episode):
     def check_action(self, action: Any) -> _Reply:
         if self._text_mode:
             return Message("assistant", check_text_action(action, self.config.max_action_chars)), None
-        ids = check_token_action(action, self.core.tokenizer.vocab_size, self.config.max_action_tokens)
-        return Message("assistant", self.core.tokenizer.decode(ids)), ids
+        ids = check_token_action(action, self.common.tokenizer.vocab_size, self.config.max_action_tokens)
+        return Message("assistant", self.common.tokenizer.decode(ids)), ids
 
     def respond(self, action: _Reply) -> Response:
-        response = self.core.handler.respond(self, action[0])
+        response = self.common.handler.respond(self, action[0])
         if not isinstance(response, Response):
             raise TypeError(f"A TurnHandler must return a gym_llm Response, got {type(response).__name__}.")
         return response
@@ -295,7 +295,7 @@ class ChatEpisode(Episode):
         truncates it; the observation is then the last prompt plus the reply, as when it ends)."""
         if not ended:
             self.messages.extend(response.messages)
-            text = self.core.renderer.render(self.messages, add_generation_prompt=True)
+            text = self.common.renderer.render(self.messages, add_generation_prompt=True)
             if len(text) <= self.config.max_observation_chars:
                 self._text = text
                 return text, False
@@ -325,21 +325,22 @@ class ChatEpisode(Episode):
         """Token ids the env appends after the policy's sampled ids: the rest of the assistant turn's
         closing that the policy did not sample (e.g. the ``\\n`` after ``<|im_end|>``), then the new
         messages and the next generation prompt."""
-        closing = self.core.renderer.closing
-        tail = self.core.tokenizer.decode(sampled[-_CLOSING_TAIL_TOKENS:], skip_special_tokens=False) if len(sampled) else ""
+        closing = self.common.renderer.closing
+        tokenizer = self.common.tokenizer
+        tail = tokenizer.decode(sampled[-_CLOSING_TAIL_TOKENS:], skip_special_tokens=False) if len(sampled) else ""
         done = next((k for k in range(len(closing), 0, -1) if tail.endswith(closing[:k])), 0)
         system = self.messages[0] if self.messages and self.messages[0].role == "system" else None
-        text = closing[done:] + self.core.renderer.render_continuation(new_messages, system=system)
-        return self.core.tokenizer.encode(text)
+        text = closing[done:] + self.common.renderer.render_continuation(new_messages, system=system)
+        return self.common.tokenizer.encode(text)
 
     def render(self) -> str:
         if self.config.mode == "tokens":
-            return self.core.tokenizer.decode(self._ids[: self._n], skip_special_tokens=False)
-        return self.core.renderer.render(self.messages, add_generation_prompt=False)
+            return self.common.tokenizer.decode(self._ids[: self._n], skip_special_tokens=False)
+        return self.common.renderer.render(self.messages, add_generation_prompt=False)
 
     def close(self) -> None:
         """Release the handler's per-episode resources (idempotent)."""
         if self._open:
             self._open = False
-            if self.core.close_hook is not None:
-                self.core.close_hook(self)
+            if self.common.close_hook is not None:
+                self.common.close_hook(self)

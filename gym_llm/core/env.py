@@ -9,7 +9,7 @@ from typing import Any, Callable
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
-from gym_llm.core.episode import EnvCore, resolve_reset_task
+from gym_llm.core.episode import EnvParts, resolve_reset_task
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.tasks import TaskStream
 
@@ -43,21 +43,21 @@ class LLMEnv(ConstructorPickle, gym.Env):
 
     def __init_subclass__(cls, build: Callable[..., Any] | None = None, **kwargs: Any) -> None:
         """``class MyEnv(LLMEnv, build=build_my_env): ...`` declares an env by the function that builds its
-        :class:`~gym_llm.core.episode.EnvCore` from keyword arguments — the env's arguments, declared once:
+        :class:`~gym_llm.core.episode.EnvParts` from keyword arguments — the env's arguments, declared once:
 
         * ``MyEnv(**kwargs)`` is ``LLMEnv(build(**kwargs))`` (plus ``render_mode``), with ``build``'s signature;
         * ``MyEnv.Vector`` (also the module's ``MyVectorEnv``) ``(num_envs, group_size=..., autoreset_mode=..., task_assignment=..., num_workers=...,
-          **kwargs)`` is its native vector env over the same core (no hand-written vector class);
+          **kwargs)`` is its native vector env over the same parts (no hand-written vector class);
         * registered with :func:`gym_llm.registration.register_env`, ``gym.make_vec(id,
           vectorization_mode="vector_entry_point")`` makes ``MyEnv.Vector``.
 
         ``build`` takes keyword arguments (exactly what the user passed); one that declares ``num_envs`` also gets
-        the vector env's batch size (None for the scalar env) to size pools by. The core may set
-        ``respond_workers`` and ``on_vector`` (:class:`~gym_llm.core.episode.EnvCore`) for the vector env.
+        the vector env's batch size (None for the scalar env) to size pools by. The parts may set
+        ``respond_workers`` and ``on_vector`` (:class:`~gym_llm.core.episode.EnvParts`) for the vector env.
         """
         if build is not None:
             if not callable(build):
-                raise TypeError(f"{cls.__name__}: build= must be a function (**kwargs) -> EnvCore, got {build!r}.")
+                raise TypeError(f"{cls.__name__}: build= must be a function (**kwargs) -> EnvParts, got {build!r}.")
             cls.build = staticmethod(build)
             if "__init__" not in cls.__dict__:
                 cls.__init__ = _scalar_init(build)  # before ConstructorPickle wraps it (super() below)
@@ -69,16 +69,16 @@ class LLMEnv(ConstructorPickle, gym.Env):
             if module is not None and cls.__qualname__ == cls.__name__:
                 vars(module).setdefault(cls.Vector.__name__, cls.Vector)
 
-    def __init__(self, core: EnvCore, *, render_mode: str | None = None):
+    def __init__(self, parts: EnvParts, *, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}."
             )
-        self.core = core
+        self.parts = parts
         self.render_mode = render_mode
-        self.observation_space = core.observation_space
-        self.action_space = core.action_space
-        self._episode = core.new_episode()
+        self.observation_space = parts.observation_space
+        self.action_space = parts.action_space
+        self._episode = parts.new_episode()
         self._stream: TaskStream | None = None
         self._round = -1
         self._needs_reset = True
@@ -89,15 +89,15 @@ class LLMEnv(ConstructorPickle, gym.Env):
         return self._episode
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        forced = resolve_reset_task(self.core.tasks, options)
+        forced = resolve_reset_task(self.parts.tasks, options)
         super().reset(seed=seed)
         if seed is not None or self._stream is None:
             task_seed = int(self.np_random.integers(TASK_SEED_BOUND))
-            self._stream = TaskStream(len(self.core.tasks), task_seed, self.core.task_order)
+            self._stream = TaskStream(len(self.parts.tasks), task_seed, self.parts.task_order)
             self._round = 0
         else:
             self._round += 1
-        task = forced if forced is not None else self.core.tasks[self._stream.task_index(self._round)]
+        task = forced if forced is not None else self.parts.tasks[self._stream.task_index(self._round)]
         observation, info = self._episode.start(task)
         info["task_id"] = task.task_id
         info["round"] = self._round
@@ -126,7 +126,7 @@ class LLMEnv(ConstructorPickle, gym.Env):
 
     def close(self) -> None:
         self._episode.close()
-        self.core.close()
+        self.parts.close()
         super().close()
 
 
@@ -171,15 +171,15 @@ def _derive_vector(env_cls: type, build: Callable[..., Any]) -> type:
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
                  task_assignment: str = "per_group", num_workers: int | None = None, render_mode: str | None = None,
                  **kwargs: Any) -> None:
-        core = build(num_envs=num_envs, **kwargs) if sized else build(**kwargs)
+        parts = build(num_envs=num_envs, **kwargs) if sized else build(**kwargs)
         try:
-            LLMVectorEnv.__init__(self, core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
+            LLMVectorEnv.__init__(self, parts, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
                                   task_assignment=task_assignment, num_workers=num_workers, render_mode=render_mode)
-        except BaseException:  # a bad vector argument: stop what the core started (sandboxes, servers)
-            core.close()
+        except BaseException:  # a bad vector argument: stop what the parts started (sandboxes, servers)
+            parts.close()
             raise
-        if core.on_vector is not None:
-            core.on_vector(self.num_envs)
+        if parts.on_vector is not None:
+            parts.on_vector(self.num_envs)
 
     own = inspect.signature(__init__).parameters
     __init__.__signature__ = inspect.Signature([  # type: ignore[attr-defined]

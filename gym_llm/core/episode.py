@@ -1,6 +1,6 @@
 """The episode state machine shared by every scalar env and its native vector twin.
 
-An env id is an :class:`EnvCore`: a task source, the observation/action spaces, and a factory of
+An env id is an :class:`EnvParts`: a task source, the observation/action spaces, and a factory of
 :class:`Episode` objects. :class:`gym_llm.core.env.LLMEnv` drives one episode;
 :class:`gym_llm.core.vector.LLMVectorEnv` drives ``num_envs`` of them. Both call the same three phases
 per step, so the scalar and vector envs cannot drift apart:
@@ -21,7 +21,7 @@ from gymnasium import spaces
 
 from gym_llm.core.tasks import Task, TaskOrder
 
-__all__ = ["Episode", "EnvCore", "Transition"]
+__all__ = ["Episode", "EnvParts", "Transition"]
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ class Episode(abc.ABC):
 
 
 @dataclass(kw_only=True)
-class EnvCore:
+class EnvParts:
     """What an env id is made of; built once and shared by all sub-envs of a vector env.
 
     Attributes:
@@ -78,7 +78,7 @@ class EnvCore:
         on_close: called once when the env closes (shared pools, servers).
         respond_workers: the vector env's default ``num_workers`` when the env knows better than
             ``parallel_respond`` does: an int, or ``"per_env"`` (one thread per sub-env: tools that wait).
-        on_vector: called with ``num_envs`` once a vector env is built over this core (e.g. to start that
+        on_vector: called with ``num_envs`` once a vector env is built over this parts (e.g. to start that
             many sandboxes ahead of the first reset).
     """
 

@@ -34,7 +34,7 @@ from gymnasium.vector.utils import batch_space
 
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.env import TASK_SEED_BOUND
-from gym_llm.core.episode import EnvCore, Episode, resolve_reset_task
+from gym_llm.core.episode import EnvParts, Episode, resolve_reset_task
 from gym_llm.core.spaces import UnicodeText
 from gym_llm.core.tasks import TaskStream
 
@@ -147,10 +147,10 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.args = (f"{exc.args[0]} ({note})", *exc.args[1:])
 
 class LLMVectorEnv(ConstructorPickle, VectorEnv):
-    """Native vector env over an :class:`~gym_llm.core.episode.EnvCore`.
+    """Native vector env over an :class:`~gym_llm.core.episode.EnvParts`.
 
     Args:
-        core: the env's core (shared by all sub-envs).
+        parts: the env's parts (shared by all sub-envs).
         num_envs: N, the number of sub-envs; a multiple of ``group_size``.
         group_size: G, sub-envs per GRPO group (all members of a group get the same task per round).
         autoreset_mode: a :class:`gymnasium.vector.AutoresetMode` or its string value.
@@ -167,7 +167,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
 
     def __init__(
         self,
-        core: EnvCore,
+        parts: EnvParts,
         num_envs: int,
         *,
         group_size: int = 1,
@@ -193,7 +193,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
             raise ValueError(f"render_mode must be 'ansi' or None, got {render_mode!r}.")
         if task_assignment not in ("per_group", "partition"):
             raise ValueError(f"task_assignment must be 'per_group' or 'partition', got {task_assignment!r}.")
-        self.core = core
+        self.parts = parts
         self.task_assignment = task_assignment
         self.num_envs = int(num_envs)
         self.group_size = int(group_size)
@@ -201,12 +201,12 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         self.autoreset_mode = autoreset_mode
         self.render_mode = render_mode
         self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": ["ansi"], "render_fps": 4}
-        self.single_observation_space = core.observation_space
-        self.single_action_space = core.action_space
-        self.observation_space = batch_space(core.observation_space, self.num_envs)
-        self.action_space = batch_space(core.action_space, self.num_envs)
-        self._text_obs = isinstance(core.observation_space, UnicodeText)
-        self.episodes: list[Episode] = [core.new_episode() for _ in range(self.num_envs)]
+        self.single_observation_space = parts.observation_space
+        self.single_action_space = parts.action_space
+        self.observation_space = batch_space(parts.observation_space, self.num_envs)
+        self.action_space = batch_space(parts.action_space, self.num_envs)
+        self._text_obs = isinstance(parts.observation_space, UnicodeText)
+        self.episodes: list[Episode] = [parts.new_episode() for _ in range(self.num_envs)]
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._streams: list[TaskStream | None] = [None] * self.num_envs
         # Per-sub-env ints live in Python lists: the per-sample loop reads and bumps them, and a numpy
@@ -216,9 +216,9 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         self._done = np.ones(self.num_envs, dtype=bool)  # needs a reset before any step
         self._started = False
         self._last_obs: list[Any] = [None] * self.num_envs
-        if num_workers is None and core.respond_workers is not None:
-            num_workers = self.num_envs if core.respond_workers == "per_env" else int(core.respond_workers)
-        workers = (4 if core.parallel_respond else 0) if num_workers is None else num_workers
+        if num_workers is None and parts.respond_workers is not None:
+            num_workers = self.num_envs if parts.respond_workers == "per_env" else int(parts.respond_workers)
+        workers = (4 if parts.parallel_respond else 0) if num_workers is None else num_workers
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gym_llm_respond") if workers > 0 else None
 
     # ----------------------------------------------------------------------------------- reset
@@ -234,7 +234,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         options = dict(options) if options is not None else None
         mask = self._reset_mask(options)
         per_env = self._forced_task_ids(options)
-        forced = resolve_reset_task(self.core.tasks, options)
+        forced = resolve_reset_task(self.parts.tasks, options)
         if per_env is not None and forced is not None:
             raise ValueError("Pass options['task_ids'] (one task per sub-env) or options['task_id'/'task'] "
                              "(one task for all), not both.")
@@ -243,7 +243,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         observations: list[Any] = [None] * self.num_envs
         info_list: list[dict[str, Any] | None] = [None] * self.num_envs
         for i in np.flatnonzero(mask):
-            task = forced if per_env is None or per_env[i] is None else self.core.tasks[per_env[i]]
+            task = forced if per_env is None or per_env[i] is None else self.parts.tasks[per_env[i]]
             observations[i], info_list[i] = self._start(i, task)
         self._done[mask] = False
         self._started = True
@@ -279,7 +279,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
                 f"draws from the stream), got {type(ids).__name__} of length {len(ids) if hasattr(ids, '__len__') else '?'}."
             )
         out: list[int | None] = []
-        n = len(self.core.tasks)
+        n = len(self.parts.tasks)
         for i, index in enumerate(ids):
             if index is None:
                 out.append(None)
@@ -310,13 +310,13 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
             if seeds[i] is not None or self._rngs[i] is None:
                 self._rngs[i], _ = seeding.np_random(seeds[i])
                 task_seeds[i] = int(self._rngs[i].integers(TASK_SEED_BOUND))
-        n = len(self.core.tasks)
+        n = len(self.parts.tasks)
         for i, task_seed in task_seeds.items():
             leader = 0 if self.task_assignment == "partition" else (i // self.group_size) * self.group_size
             seed_of_group = task_seeds.get(leader)
             if seed_of_group is None:  # the leader was not reseeded: follow its existing stream
                 seed_of_group = self._streams[leader].seed if self._streams[leader] else task_seed
-            self._streams[i] = TaskStream(n, seed_of_group, self.core.task_order)
+            self._streams[i] = TaskStream(n, seed_of_group, self.parts.task_order)
             self._rounds[i] = -1
 
     def _start(self, i: int, forced) -> tuple[Any, dict[str, Any]]:
@@ -325,7 +325,7 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         position = round_
         if self.task_assignment == "partition":  # groups split each round of the shared stream
             position = round_ * self.num_groups + self._group_ids[i]
-        task = forced if forced is not None else self.core.tasks[self._streams[i].task_index(position)]
+        task = forced if forced is not None else self.parts.tasks[self._streams[i].task_index(position)]
         observation, info = self.episodes[i].start(task)
         info["task_id"] = task.task_id
         info["group_id"] = self._group_ids[i]
@@ -444,5 +444,5 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if getattr(self, "core", None) is not None:
-            self.core.close()
+        if getattr(self, "parts", None) is not None:
+            self.parts.close()

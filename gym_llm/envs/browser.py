@@ -7,16 +7,16 @@ from typing import Any, Mapping, Sequence
 
 from gym_llm.core.chat import ChatConfig
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.envs.common import chat_env_core
+from gym_llm.envs.common import chat_env_parts
 from gym_llm.envs.scored import ScoredReplyHandler
 from gym_llm.rewards.short_answer import grade
 from gym_llm.tasks.loading import load_records
 
 __all__ = ["DEFAULT_BROWSER_PROMPT", "DEFAULT_BROWSER_SYSTEM_PROMPT", "SITE_HOST", "LLMBrowserEnv",
-           "LLMBrowserVectorEnv", "ShortAnswerHandler", "build_browser_core", "load_browser_tasks"]
+           "LLMBrowserVectorEnv", "ShortAnswerHandler", "build_browser", "load_browser_tasks"]
 
 SITE_HOST = "larkspur.test"
 """The host name the env's site is served under (mapped to its 127.0.0.1 server inside the browser)."""
@@ -77,7 +77,7 @@ class ShortAnswerHandler(ScoredReplyHandler):
         super().__init__(grade_short_answer_reply, format_reward)
 
 
-def build_browser_core(
+def build_browser(
     *,
     tasks: Any = None,
     site_dir: str | PathLike | None = None,
@@ -91,8 +91,8 @@ def build_browser_core(
     task_order: TaskOrder = "shuffle",
     max_tool_calls_per_turn: int = 4,
     **chat_kwargs: Any,
-) -> EnvCore:
-    """Start the site server, build the browser tool (allowed: the site only), and the chat core."""
+) -> EnvParts:
+    """Start the site server, build the browser tool (allowed: the site only), and the chat parts."""
     from gym_llm.core.extras import require
 
     require("browser", "playwright", needed_by="LLMBrowser-v0")
@@ -112,17 +112,17 @@ def build_browser_core(
         tool = BrowserTool(host_map={site_host: server.address}, **settings)
         task_list = load_browser_tasks(tasks, start_url=f"http://{site_host}/", prompt_template=prompt_template)
         config = ChatConfig(max_turns=max_turns, system_prompt=system_prompt, **chat_kwargs)
-        core = chat_env_core(task_list, ShortAnswerHandler(format_reward), config, task_order=task_order,
-                             tools=[tool, *tools], max_tool_calls_per_turn=max_tool_calls_per_turn,
-                             on_close=server.close, extra={"browser_tool": tool, "site": server})
-        core.respond_workers = "per_env"  # each sub-env's turn waits on its browser page
-        return core
+        parts = chat_env_parts(task_list, ShortAnswerHandler(format_reward), config, task_order=task_order,
+                               tools=[tool, *tools], max_tool_calls_per_turn=max_tool_calls_per_turn,
+                               on_close=server.close, extra={"browser_tool": tool, "site": server})
+        parts.respond_workers = "per_env"  # each sub-env's turn waits on its browser page
+        return parts
     except BaseException:
         server.close()
         raise
 
 
-class LLMBrowserEnv(LLMEnv, build=build_browser_core):
+class LLMBrowserEnv(LLMEnv, build=build_browser):
     """Answer questions by browsing a website with a real headless Chromium.
 
     ## Description

@@ -8,8 +8,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
-from gym_llm.envs.common import chat_env_core
-from gym_llm.core.episode import EnvCore
+from gym_llm.envs.common import chat_env_parts
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder, tasks_from_records
 from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S, call_reward, check_hook, isolate_hook
@@ -75,7 +75,7 @@ class ChatHandler:
         return Response(reward, False, (Message("user", next_user),), info)
 
 
-def build_chat_core(
+def build_chat(
     *,
     prompts: Any = None,
     split: str | None = None,
@@ -88,15 +88,15 @@ def build_chat_core(
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
-) -> EnvCore:
+) -> EnvParts:
     records = builtin_chat_prompts() if prompts is None else load_records(prompts, split=split)
     tasks = tasks_from_records(records)
-    return chat_env_core(tasks, ChatHandler(reward_fn, follow_ups, user_simulator, reward_timeout_s),
-                         ChatConfig(max_turns=max_turns, **chat_kwargs), task_order=task_order, tools=tools,
-                         max_tool_calls_per_turn=max_tool_calls_per_turn)
+    return chat_env_parts(tasks, ChatHandler(reward_fn, follow_ups, user_simulator, reward_timeout_s),
+                          ChatConfig(max_turns=max_turns, **chat_kwargs), task_order=task_order, tools=tools,
+                          max_tool_calls_per_turn=max_tool_calls_per_turn)
 
 
-class LLMChatEnv(LLMEnv, build=build_chat_core):
+class LLMChatEnv(LLMEnv, build=build_chat):
     """Multi-turn chat.
 
     ## Description

@@ -1,19 +1,19 @@
-"""Assembly shared by the chat-style env builders: config + task handler (+ tools) -> EnvCore."""
+"""Assembly shared by the chat-style env builders: config + task handler (+ tools) -> EnvParts."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any, Callable, Sequence
 
-from gym_llm.core.chat import ChatConfig, ChatCore, TurnHandler
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.chat import ChatConfig, ChatCommon, TurnHandler
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.tools.handler import with_tools
 
-__all__ = ["chat_env_core", "take_arguments", "with_arguments_of"]
+__all__ = ["chat_env_parts", "take_arguments", "with_arguments_of"]
 
 
-def chat_env_core(
+def chat_env_parts(
     tasks: Sequence[Task],
     handler: TurnHandler,
     config: ChatConfig,
@@ -24,8 +24,8 @@ def chat_env_core(
     parallel_respond: bool = False,
     on_close: Callable[[], None] | None = None,
     extra: dict[str, Any] | None = None,
-) -> EnvCore:
-    """An :class:`EnvCore` of chat episodes answered by ``handler``, with ``tools=[...]`` wired in.
+) -> EnvParts:
+    """An :class:`EnvParts` of chat episodes answered by ``handler``, with ``tools=[...]`` wired in.
 
     With tools, the handler is wrapped so tool calls are answered first (see
     :func:`gym_llm.tools.handler.with_tools`), their schemas reach the chat template, responses run in
@@ -34,7 +34,7 @@ def chat_env_core(
     handler, tool_schemas, stop_tools = with_tools(handler, tools, max_turns=config.max_turns,
                                                    max_calls_per_turn=max_tool_calls_per_turn)
     try:
-        core = ChatCore(config, handler, tools=tool_schemas)
+        common = ChatCommon(config, handler, tools=tool_schemas)
     except BaseException:
         if stop_tools is not None:
             stop_tools()
@@ -46,21 +46,21 @@ def chat_env_core(
         if on_close is not None:
             on_close()
 
-    return EnvCore(
+    return EnvParts(
         tasks=tasks,
-        new_episode=core.new_episode,
-        observation_space=core.observation_space,
-        action_space=core.action_space,
+        new_episode=common.new_episode,
+        observation_space=common.observation_space,
+        action_space=common.action_space,
         task_order=task_order,
         parallel_respond=parallel_respond or stop_tools is not None,
         on_close=close if (stop_tools is not None or on_close is not None) else None,
-        extra={"chat": core, **(extra or {})},
+        extra={"chat": common, **(extra or {})},
     )
 
 
 def take_arguments(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Pop from ``kwargs`` the keyword arguments ``fn`` declares, and return them: how a builder hands each part of
-    its arguments to the function that owns them (the task loader, then the core) without listing them again.
+    its arguments to the function that owns them (the task loader, then the builder) without listing them again.
 
     >>> def load(*, size=10, seed=0): ...
     >>> kwargs = {"size": 5, "format_reward": 0.1}

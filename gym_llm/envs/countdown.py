@@ -14,11 +14,11 @@ from fractions import Fraction
 from typing import Any, Literal, Sequence
 
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 from gym_llm.envs.common import take_arguments, with_arguments_of
-from gym_llm.envs.scored import Grade, scored_reply_core
+from gym_llm.envs.scored import Grade, scored_reply_parts
 from gym_llm.rewards.answers import final_answer
 from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
@@ -275,13 +275,13 @@ def load_countdown_tasks(*, data_files: Any = None, tasks: Any = None, source: C
 
 
 # ------------------------------------------------------------------------------------------------------ env
-@with_arguments_of(load_countdown_tasks, scored_reply_core)
-def build_countdown(*, use_all_numbers: bool = False, **kwargs: Any) -> EnvCore:
-    """The env's core: :func:`load_countdown_tasks`'s arguments pick the tasks; ``use_all_numbers`` (TinyZero's rule:
+@with_arguments_of(load_countdown_tasks, scored_reply_parts)
+def build_countdown(*, use_all_numbers: bool = False, **kwargs: Any) -> EnvParts:
+    """The env's parts: :func:`load_countdown_tasks`'s arguments pick the tasks; ``use_all_numbers`` (TinyZero's rule:
     every number exactly once); the rest (``format_reward``, ``reward_fn``, tools, every ``ChatConfig`` field) go to
-    :func:`~gym_llm.envs.scored.scored_reply_core`."""
+    :func:`~gym_llm.envs.scored.scored_reply_parts`."""
     task_list = load_countdown_tasks(**take_arguments(load_countdown_tasks, kwargs))
-    return scored_reply_core(task_list, functools.partial(grade_countdown, use_all=bool(use_all_numbers)), **kwargs)
+    return scored_reply_parts(task_list, functools.partial(grade_countdown, use_all=bool(use_all_numbers)), **kwargs)
 
 
 class LLMCountdownEnv(LLMEnv, build=build_countdown):

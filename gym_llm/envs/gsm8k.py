@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Literal, Sequence
 
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.envs.common import take_arguments, with_arguments_of
-from gym_llm.envs.scored import ScoredReplyHandler, scored_reply_core
+from gym_llm.envs.scored import ScoredReplyHandler, scored_reply_parts
 from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S
 from gym_llm.rewards.gsm8k import grade, reference_answer
 from gym_llm.tasks.loading import load_hub_dataset, records_from_source
@@ -123,15 +123,15 @@ class GSM8KHandler(ScoredReplyHandler):
         super().__init__(grade_gsm8k_reply, format_reward, reward_fn, reward_timeout_s)
 
 
-@with_arguments_of(load_gsm8k_tasks, scored_reply_core)
-def build_gsm8k_core(**kwargs: Any) -> EnvCore:
-    """The env's core: :func:`load_gsm8k_tasks`'s arguments pick the tasks; the rest (``format_reward``,
-    ``reward_fn``, tools, every ``ChatConfig`` field) go to :func:`~gym_llm.envs.scored.scored_reply_core`."""
+@with_arguments_of(load_gsm8k_tasks, scored_reply_parts)
+def build_gsm8k(**kwargs: Any) -> EnvParts:
+    """The env's parts: :func:`load_gsm8k_tasks`'s arguments pick the tasks; the rest (``format_reward``,
+    ``reward_fn``, tools, every ``ChatConfig`` field) go to :func:`~gym_llm.envs.scored.scored_reply_parts`."""
     task_list = load_gsm8k_tasks(**take_arguments(load_gsm8k_tasks, kwargs))
-    return scored_reply_core(task_list, grade_gsm8k_reply, **kwargs)
+    return scored_reply_parts(task_list, grade_gsm8k_reply, **kwargs)
 
 
-class LLMGSM8KEnv(LLMEnv, build=build_gsm8k_core):
+class LLMGSM8KEnv(LLMEnv, build=build_gsm8k):
     """Grade-school math (GSM8K).
 
     ## Description

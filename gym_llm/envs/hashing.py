@@ -10,13 +10,13 @@ from gymnasium.vector import AutoresetMode
 
 from gym_llm.rewards.deadline import DeadlineExceeded
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore, Episode, Transition
+from gym_llm.core.episode import EnvParts, Episode, Transition
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
-from gym_llm.envs.hashing_state import HashingConfig, HashingCore, HashingState, TokenChains
+from gym_llm.envs.hashing_state import HashingConfig, HashingCommon, HashingState, TokenChains
 from gym_llm.envs.tokens import _DEFAULT_PROMPTS, _tokens_tasks
 
-__all__ = ["HashingEpisode", "HashingState", "LLMHashingEnv", "LLMHashingVectorEnv", "build_hashing_core"]
+__all__ = ["HashingEpisode", "HashingState", "LLMHashingEnv", "LLMHashingVectorEnv", "build_hashing"]
 
 
 def check_token_id(action: Any, vocab_size: int) -> int:
@@ -35,9 +35,9 @@ def check_token_id(action: Any, vocab_size: int) -> int:
 class HashingEpisode(Episode):
     """One row of a :class:`TokenChains` (its own 1-row chains in a scalar env, a shared row in a vector env)."""
 
-    def __init__(self, core: HashingCore, chains: TokenChains | None = None, row: int = 0):
-        self.core = core
-        self.chains = chains if chains is not None else TokenChains(core, 1)
+    def __init__(self, common: HashingCommon, chains: TokenChains | None = None, row: int = 0):
+        self.common = common
+        self.chains = chains if chains is not None else TokenChains(common, 1)
         self.row = row
         self.task: Task | None = None
         self._row_index = np.array([row])
@@ -48,14 +48,14 @@ class HashingEpisode(Episode):
         return self.chains.row_observation(self.row), {"steps": 0}
 
     def check_action(self, action: Any) -> int:
-        return check_token_id(action, self.core.vocab_size)
+        return check_token_id(action, self.common.vocab_size)
 
     def terminal_reward(self) -> float:
-        if self.core.reward_fn is None:
+        if self.common.reward_fn is None:
             return 0.0
         n = int(self.chains.lengths[self.row])
         ids = self.chains.ids[self.row, :n].copy()
-        return float(self.core.reward_fn(self.task, ids, int(self.chains.prompt_lengths[self.row])))
+        return float(self.common.reward_fn(self.task, ids, int(self.chains.prompt_lengths[self.row])))
 
     def advance(self, action: int, response: Any) -> Transition:
         terminated, truncated = self.chains.append(self._row_index, np.array([action], dtype=np.int64))
@@ -80,23 +80,23 @@ class HashingEpisode(Episode):
         n = int(self.chains.lengths[self.row])
         if self.chains.decoder is not None:
             return self.chains.decoder.texts[self.row]
-        if self.core.tokenizer is not None:
-            return self.core.tokenizer.decode(self.chains.ids[self.row, :n], skip_special_tokens=False)
+        if self.common.tokenizer is not None:
+            return self.common.tokenizer.decode(self.chains.ids[self.row, :n], skip_special_tokens=False)
         return " ".join(map(str, self.chains.ids[self.row, :n].tolist()))
 
 
-def build_hashing_core(*, prompts: Any = None, split: str | None = None, task_order: TaskOrder = "shuffle",
-                       **kwargs: Any) -> EnvCore:
-    core = HashingCore(HashingConfig(**kwargs))
+def build_hashing(*, prompts: Any = None, split: str | None = None, task_order: TaskOrder = "shuffle",
+                  **kwargs: Any) -> EnvParts:
+    common = HashingCommon(HashingConfig(**kwargs))
     if prompts is None:
-        if core.tokenizer is None:
+        if common.tokenizer is None:
             raise ValueError("Without a tokenizer, pass prompts= as token-id lists, e.g. prompts=[[1, 2, 3]].")
         prompts = list(_DEFAULT_PROMPTS)
     tasks = _tokens_tasks(prompts, split)
     for task in tasks:
-        core.prompt(task)  # encode and validate every prompt now, not mid-rollout
-    return EnvCore(tasks=tasks, new_episode=lambda: HashingEpisode(core), observation_space=core.observation_space,
-                   action_space=core.action_space, task_order=task_order, extra={"hashing": core})
+        common.prompt(task)  # encode and validate every prompt now, not mid-rollout
+    return EnvParts(tasks=tasks, new_episode=lambda: HashingEpisode(common), observation_space=common.observation_space,
+                    action_space=common.action_space, task_order=task_order, extra={"hashing": common})
 
 
 class LLMHashingEnv(LLMEnv):
@@ -150,7 +150,7 @@ class LLMHashingEnv(LLMEnv):
     """
 
     def __init__(self, *, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(build_hashing_core(**kwargs), render_mode=render_mode)
+        super().__init__(build_hashing(**kwargs), render_mode=render_mode)
 
     def get_state(self) -> HashingState:
         """A snapshot of the current episode (cheap: one copy of the chain's ids)."""
@@ -185,11 +185,11 @@ class LLMHashingVectorEnv(LLMVectorEnv):
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",
                  task_assignment: str = "per_group",
                  render_mode: str | None = None, copy: bool = True, num_workers: int | None = None, **kwargs: Any):
-        core = build_hashing_core(**kwargs)
-        super().__init__(core, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
+        parts = build_hashing(**kwargs)
+        super().__init__(parts, num_envs, group_size=group_size, autoreset_mode=autoreset_mode,
                          task_assignment=task_assignment, num_workers=0,
                          render_mode=render_mode)
-        hashing: HashingCore = core.extra["hashing"]
+        hashing: HashingCommon = parts.extra["hashing"]
         self.chains = TokenChains(hashing, self.num_envs)
         self.episodes = [HashingEpisode(hashing, self.chains, i) for i in range(self.num_envs)]
         self.copy = bool(copy)

@@ -25,7 +25,7 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _M1, _M2, _PHI = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 from gym_llm.envs.detok import IncrementalDetokenizer
 
-__all__ = ["HashingConfig", "HashingCore", "HashingState", "TokenChains"]
+__all__ = ["HashingConfig", "HashingCommon", "HashingState", "TokenChains"]
 
 TerminalRewardFn = Callable[[Task, np.ndarray, int], float]
 """``reward_fn(task, token_ids, prompt_length) -> float``, called once when an episode ends, with the
@@ -106,7 +106,7 @@ class HashingState:
     signature: tuple = field(repr=False)
 
 
-class HashingCore:
+class HashingCommon:
     """What all rows share: config, spaces, eos lookup table, prompt cache."""
 
     def __init__(self, config: HashingConfig):
@@ -185,24 +185,24 @@ class HashingCore:
 class TokenChains:
     """N token chains (right-padded ``(N, L)`` ids, lengths, hashes, step counts, optional text)."""
 
-    def __init__(self, core: HashingCore, num_rows: int):
-        self.core = core
-        N, L = num_rows, core.max_seq_len
+    def __init__(self, common: HashingCommon, num_rows: int):
+        self.common = common
+        N, L = num_rows, common.max_seq_len
         self.ids = np.zeros((N, L), dtype=np.int64)
         self.mask = np.zeros((N, L), dtype=np.int8)
         self.lengths = np.zeros(N, dtype=np.int64)
         self.prompt_lengths = np.zeros(N, dtype=np.int64)
-        self.hashes = np.full(N, core.config.hash_seed, dtype=np.uint64)
+        self.hashes = np.full(N, common.config.hash_seed, dtype=np.uint64)
         self.steps = np.zeros(N, dtype=np.int64)
         self.remaining = np.zeros(N, dtype=np.int64)  # min(L - length, max_new_tokens - steps)
-        self.decoder = IncrementalDetokenizer(core.config.tokenizer, N) if core.config.text_output else None
+        self.decoder = IncrementalDetokenizer(common.config.tokenizer, N) if common.config.text_output else None
         self._all_rows = np.arange(N)
         self._row_offsets = self._all_rows * L
         self._ids_flat, self._mask_flat = self.ids.reshape(-1), self.mask.reshape(-1)  # views
 
     # ---------------------------------------------------------------------------- one row
     def start(self, row: int, task: Task) -> None:
-        ids, prompt_hash, text = self.core.prompt(task)
+        ids, prompt_hash, text = self.common.prompt(task)
         n = len(ids)
         self.ids[row] = 0
         self.ids[row, :n] = ids
@@ -211,7 +211,7 @@ class TokenChains:
         self.lengths[row] = self.prompt_lengths[row] = n
         self.hashes[row] = prompt_hash
         self.steps[row] = 0
-        self.remaining[row] = min(self.core.max_seq_len - n, self.core.max_new_tokens)
+        self.remaining[row] = min(self.common.max_seq_len - n, self.common.max_new_tokens)
         if self.decoder is not None:
             self.decoder.start(row, n, *text)
 
@@ -219,7 +219,7 @@ class TokenChains:
         obs = {"input_ids": self.ids[row].copy(), "attention_mask": self.mask[row].copy(),
                "hash": np.array(self.hashes[row], dtype=np.uint64)}
         if self.decoder is not None:
-            obs["text"] = self.decoder.texts[row][: self.core.max_text_chars]
+            obs["text"] = self.decoder.texts[row][: self.common.max_text_chars]
         return obs
 
     def state(self, row: int, task: Task, done: bool) -> HashingState:
@@ -228,16 +228,16 @@ class TokenChains:
         ids.setflags(write=False)
         text = self.decoder.state(row) if self.decoder is not None else None
         return HashingState(ids, int(self.prompt_lengths[row]), int(self.hashes[row]), int(self.steps[row]),
-                            bool(done), task, text, self.core.signature)
+                            bool(done), task, text, self.common.signature)
 
     def restore(self, row: int, state: HashingState) -> None:
         """Load ``state`` into ``row`` (validated first: a bad state changes nothing)."""
         if not isinstance(state, HashingState):
             raise TypeError(f"set_state expects a HashingState (from get_state), got {type(state).__name__}.")
-        if state.signature != self.core.signature:
+        if state.signature != self.common.signature:
             raise ValueError(
                 f"This state was taken from an env with (vocab_size, max_seq_len, text_output, hash_seed) = "
-                f"{state.signature}, but this env has {self.core.signature}."
+                f"{state.signature}, but this env has {self.common.signature}."
             )
         n = len(state.token_ids)
         self.ids[row] = 0
@@ -246,7 +246,7 @@ class TokenChains:
         self.mask[row, :n] = 1
         self.lengths[row], self.prompt_lengths[row] = n, state.prompt_length
         self.hashes[row], self.steps[row] = np.uint64(state.hash), state.steps
-        self.remaining[row] = min(self.core.max_seq_len - n, self.core.max_new_tokens - state.steps)
+        self.remaining[row] = min(self.common.max_seq_len - n, self.common.max_new_tokens - state.steps)
         if self.decoder is not None:
             self.decoder.restore(row, *state.text)
 
@@ -254,7 +254,7 @@ class TokenChains:
     def _hash_into(self, rows: np.ndarray | slice, tokens: np.ndarray) -> None:
         """``hashes[rows] = H(hashes[rows], tokens)`` with a per-token key table and in-place ops
         (same values as :func:`~gym_llm.envs.chain_hash.chain_step`, ~2x faster at B = 64)."""
-        z = self.hashes[rows] ^ self.core.token_keys[tokens]  # h XOR (t + 1) * phi, (B,) uint64
+        z = self.hashes[rows] ^ self.common.token_keys[tokens]  # h XOR (t + 1) * phi, (B,) uint64
         tmp = z >> _S30
         z ^= tmp
         z *= _M1
@@ -268,7 +268,7 @@ class TokenChains:
     def append(self, rows: np.ndarray | slice, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Append one token to each of ``rows`` (an index array, or ``slice(None)`` for all rows) and
         return their ``(terminated, truncated)``. ``tokens`` are validated ids, ``(len(rows),)``."""
-        terminated = self.core.is_eos[tokens]
+        terminated = self.common.is_eos[tokens]
         flat_index = self._row_offsets[rows] + self.lengths[rows]  # position (row, length) in the flat buffers
         self._ids_flat[flat_index] = tokens
         self._mask_flat[flat_index] = 1
@@ -276,13 +276,13 @@ class TokenChains:
         self.steps[rows] += 1
         self.remaining[rows] -= 1  # tokens each row may still take
         truncated = self.remaining[rows] <= 0
-        if self.core.has_eos:
+        if self.common.has_eos:
             truncated &= ~terminated
         self._hash_into(rows, tokens)
         if self.decoder is not None:
             row_ids = self._all_rows[rows]
             self.decoder.advance(self.ids, self.lengths, row_ids)
-            texts, limit = self.decoder.texts, self.core.max_text_chars
+            texts, limit = self.decoder.texts, self.common.max_text_chars
             over = np.fromiter((len(texts[i]) > limit for i in row_ids.tolist()), dtype=bool, count=len(row_ids))
             truncated |= over & ~terminated
         return terminated, truncated
@@ -292,7 +292,7 @@ class TokenChains:
                "attention_mask": self.mask.copy() if copy else self.mask,
                "hash": self.hashes.copy() if copy else self.hashes}
         if self.decoder is not None:
-            limit = self.core.max_text_chars
+            limit = self.common.max_text_chars
             obs["text"] = tuple(t if len(t) <= limit else t[:limit] for t in self.decoder.texts)
         return obs
 

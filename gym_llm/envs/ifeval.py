@@ -8,14 +8,14 @@ from typing import Any, Literal, Mapping, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
-from gym_llm.envs.common import chat_env_core
-from gym_llm.core.episode import EnvCore
+from gym_llm.envs.common import chat_env_parts
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
 __all__ = [
-    "IFEvalHandler", "LLMIFEvalEnv", "LLMIFEvalVectorEnv", "RewardMode", "build_ifeval_core", "default_scoring_workers",
+    "IFEvalHandler", "LLMIFEvalEnv", "LLMIFEvalVectorEnv", "RewardMode", "build_ifeval", "default_scoring_workers",
     "load_ifeval_tasks",
 ]
 
@@ -186,7 +186,7 @@ class IFEvalHandler:
         return Response(reward, True, (), info)
 
 
-def build_ifeval_core(
+def build_ifeval(
     *,
     data_files: Any = None,
     tasks: Any = None,
@@ -203,7 +203,7 @@ def build_ifeval_core(
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
-) -> EnvCore:
+) -> EnvParts:
     from gym_llm.core.extras import require
 
     require("ifeval", "if_verifiable", "langdetect", "nltk", "punkt", needed_by="LLMIFEval-v0")
@@ -212,14 +212,14 @@ def build_ifeval_core(
     if scoring_workers is None:  # the scalar env scores inline; a vector env in processes (default_scoring_workers)
         scoring_workers = default_scoring_workers(num_envs) if isinstance(num_envs, int) else 0
     handler = IFEvalHandler(reward_mode, loose, strip_thinking, scoring_workers, quality_guard)
-    core = chat_env_core(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
-                         max_tool_calls_per_turn=max_tool_calls_per_turn, parallel_respond=scoring_workers > 0,
-                         on_close=handler.scorer.close, extra={"scorer": handler.scorer})
-    core.respond_workers = 2 * scoring_workers  # two replies in flight per process: a worker never waits
-    return core
+    parts = chat_env_parts(task_list, handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
+                           max_tool_calls_per_turn=max_tool_calls_per_turn, parallel_respond=scoring_workers > 0,
+                           on_close=handler.scorer.close, extra={"scorer": handler.scorer})
+    parts.respond_workers = 2 * scoring_workers  # two replies in flight per process: a worker never waits
+    return parts
 
 
-class LLMIFEvalEnv(LLMEnv, build=build_ifeval_core):
+class LLMIFEvalEnv(LLMEnv, build=build_ifeval):
     """Instruction following (IFEval), scored exactly like the official evaluation.
 
     ## Description

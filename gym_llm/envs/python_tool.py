@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore
-from gym_llm.envs.gsm8k import build_gsm8k_core
+from gym_llm.core.episode import EnvParts
+from gym_llm.envs.gsm8k import build_gsm8k
 
-__all__ = ["LLMPythonToolEnv", "LLMPythonToolVectorEnv", "DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT", "build_python_tool_core"]
+__all__ = ["LLMPythonToolEnv", "LLMPythonToolVectorEnv", "DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT", "build_python_tool"]
 
 DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT = (
     "You can run Python code. To run code, write it in a ```python code block (or call the python tool); "
@@ -18,7 +18,7 @@ DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT = (
 """The default system prompt of ``LLMPythonTool-v0``."""
 
 
-def build_python_tool_core(
+def build_python_tool(
     *,
     python_tool: Any = None,
     sandbox: Mapping[str, Any] | None = None,
@@ -26,7 +26,7 @@ def build_python_tool_core(
     max_turns: int = 4,
     system_prompt: str | None = DEFAULT_PYTHON_TOOL_SYSTEM_PROMPT,
     **gsm8k_kwargs: Any,
-) -> EnvCore:
+) -> EnvParts:
     """GSM8K (any :class:`~gym_llm.envs.gsm8k.LLMGSM8KEnv` argument) with a Python tool and more tools."""
     from gym_llm.tools.python import PythonTool
 
@@ -41,15 +41,15 @@ def build_python_tool_core(
         raise TypeError(f"python_tool must be a gym_llm.tools.PythonTool, got {type(python_tool).__name__}.")
     if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
         raise TypeError(f"tools must be a list of extra tools (e.g. MCPTool), got {type(tools).__name__}.")
-    core = build_gsm8k_core(tools=[python_tool, *tools], max_turns=max_turns, system_prompt=system_prompt,
+    parts = build_gsm8k(tools=[python_tool, *tools], max_turns=max_turns, system_prompt=system_prompt,
                             **gsm8k_kwargs)
-    core.extra["python_tool"] = python_tool
-    core.respond_workers = "per_env"  # each sub-env's turn waits on its sandbox
-    core.on_vector = python_tool.prewarm  # start one sandbox per sub-env ahead of the first reset
-    return core
+    parts.extra["python_tool"] = python_tool
+    parts.respond_workers = "per_env"  # each sub-env's turn waits on its sandbox
+    parts.on_vector = python_tool.prewarm  # start one sandbox per sub-env ahead of the first reset
+    return parts
 
 
-class LLMPythonToolEnv(LLMEnv, build=build_python_tool_core):
+class LLMPythonToolEnv(LLMEnv, build=build_python_tool):
     """Chat with a sandboxed, persistent Python interpreter.
 
     ## Description

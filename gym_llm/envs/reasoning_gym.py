@@ -12,10 +12,10 @@ import json
 from typing import Any, Mapping
 
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
-from gym_llm.envs.scored import Grade, scored_reply_core
+from gym_llm.envs.scored import Grade, scored_reply_parts
 from gym_llm.rewards.answers import final_answer
 from gym_llm.rewards.deadline import DeadlineExceeded, isolate_hook
 
@@ -121,13 +121,13 @@ def _grade(reply: str, task: Task, *, scorer: Any) -> Grade:
 
 def build_reasoning_gym(*, dataset: str = "basic_arithmetic", config: Mapping[str, Any] | None = None,
                         size: int = 1_000, seed: int = 0, score_timeout_s: float | None = DEFAULT_SCORE_TIMEOUT_S,
-                        system_prompt: str | None = DEFAULT_REASONING_GYM_SYSTEM_PROMPT, **common: Any) -> EnvCore:
-    """The env's core; ``**common``: ``format_reward``, ``reward_fn``, ``task_order``, tools and every ``ChatConfig``
-    field (:func:`~gym_llm.envs.scored.scored_reply_core`)."""
+                        system_prompt: str | None = DEFAULT_REASONING_GYM_SYSTEM_PROMPT, **common: Any) -> EnvParts:
+    """The env's parts; ``**common``: ``format_reward``, ``reward_fn``, ``task_order``, tools and every ``ChatConfig``
+    field (:func:`~gym_llm.envs.scored.scored_reply_parts`)."""
     tasks = load_reasoning_gym_tasks(dataset, config=config, size=size, seed=seed)
     scorer = functools.partial(score_entry, dataset, _config_key(config or {}))
     scorer = isolate_hook(scorer, score_timeout_s, name=f"{dataset}.score_answer")
-    return scored_reply_core(tasks, functools.partial(_grade, scorer=scorer), system_prompt=system_prompt, **common)
+    return scored_reply_parts(tasks, functools.partial(_grade, scorer=scorer), system_prompt=system_prompt, **common)
 
 
 class LLMReasoningGymEnv(LLMEnv, build=build_reasoning_gym):

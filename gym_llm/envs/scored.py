@@ -3,10 +3,10 @@
 An env of this kind is a task loader and a grade function::
 
     def grade(reply: str, task: Task) -> Grade: ...
-    def build(*, my_args..., **common) -> EnvCore:
-        return scored_reply_core(load_my_tasks(my_args...), grade, **common)
+    def build(*, my_args..., **common) -> EnvParts:
+        return scored_reply_parts(load_my_tasks(my_args...), grade, **common)
 
-:func:`scored_reply_core` adds what every such env shares — ``format_reward``, a user's shaping ``reward_fn`` under a
+:func:`scored_reply_parts` adds what every such env shares — ``format_reward``, a user's shaping ``reward_fn`` under a
 deadline, tools, the task order and every :class:`~gym_llm.core.chat.ChatConfig` field — and the standard ``info``
 keys (:class:`ScoredReplyHandler`). ``docs/adding_an_env.md`` walks through one.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
-from gym_llm.core.episode import EnvCore
+from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task, TaskOrder
-from gym_llm.envs.common import chat_env_core
+from gym_llm.envs.common import chat_env_parts
 from gym_llm.rewards.hooks import DEFAULT_HOOK_TIMEOUT_S, call_reward, check_hook, isolate_hook
 
-__all__ = ["Grade", "GradeLike", "GradeFn", "ScoredReplyHandler", "scored_reply_core"]
+__all__ = ["Grade", "GradeLike", "GradeFn", "ScoredReplyHandler", "scored_reply_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ class ScoredReplyHandler:
         return Response(reward, True, (), info)
 
 
-def scored_reply_core(
+def scored_reply_parts(
     tasks: Sequence[Task],
     grade: GradeFn,
     *,
@@ -116,8 +116,8 @@ def scored_reply_core(
     tools: Sequence[Any] | None = None,
     max_tool_calls_per_turn: int = 8,
     **chat_kwargs: Any,
-) -> EnvCore:
-    """The env core of a single-turn scored-reply env: ``tasks`` answered once, scored by ``grade``.
+) -> EnvParts:
+    """The env parts of a single-turn scored-reply env: ``tasks`` answered once, scored by ``grade``.
 
     Args:
         tasks: the task source (see :class:`~gym_llm.core.tasks.Task`).
@@ -134,5 +134,5 @@ def scored_reply_core(
             ``system_prompt``, ``max_turns``, ...).
     """
     handler = ScoredReplyHandler(grade, format_reward, reward_fn, reward_timeout_s)
-    return chat_env_core(list(tasks), handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
-                         max_tool_calls_per_turn=max_tool_calls_per_turn)
+    return chat_env_parts(list(tasks), handler, ChatConfig(**chat_kwargs), task_order=task_order, tools=tools,
+                          max_tool_calls_per_turn=max_tool_calls_per_turn)

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, DeadlineExceeded, isolate_hook
 from gym_llm.core.actions import check_text_action, check_token_action
 from gym_llm.core.chat import ChatConfig
-from gym_llm.core.episode import EnvCore, Episode, Transition
+from gym_llm.core.episode import EnvParts, Episode, Transition
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.messages import Message
 from gym_llm.core.spaces import UnicodeText, token_space
@@ -71,7 +71,7 @@ class TokensConfig:
         return "tokens" if (self.tokenizer is not None or self.vocab_size is not None) else "text"
 
 
-class _TokensCore:
+class _TokensCommon:
     """Shared state of one ``LLMTokens-v0`` env (config, tokenizer, spaces)."""
 
     def __init__(self, config: TokensConfig):
@@ -127,19 +127,19 @@ class _TokensCore:
 class TokensEpisode(Episode):
     """One concatenation episode: ``sequence = prompt + action_1 + action_2 + ...``."""
 
-    def __init__(self, core: _TokensCore):
-        self.core = core
-        self.config = core.config
+    def __init__(self, common: _TokensCommon):
+        self.common = common
+        self.config = common.config
         self.task: Task | None = None
         self.steps = 0
-        L = self.config.max_seq_len if core.mode == "tokens" else 0
+        L = self.config.max_seq_len if common.mode == "tokens" else 0
         self._ids = np.zeros(L, dtype=np.int64)
         self._mask = np.zeros(L, dtype=np.int8)
         self._n = 0
         self._text = ""
 
     def _observation(self) -> Any:
-        if self.core.mode == "text":
+        if self.common.mode == "text":
             return self._text
         attention = np.zeros(self.config.max_seq_len, dtype=np.int8)
         attention[: self._n] = 1
@@ -147,17 +147,17 @@ class TokensEpisode(Episode):
 
     def _info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"steps": self.steps}
-        if self.core.mode == "tokens":
+        if self.common.mode == "tokens":
             info["policy_mask"] = self._mask.copy()
         return info
 
     def start(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        prompt = self.core.prompt(task)
-        if self.core.mode == "tokens":
+        prompt = self.common.prompt(task)
+        if self.common.mode == "tokens":
             if len(prompt) > self.config.max_seq_len:
                 raise ValueError(f"Task {task.task_id}'s prompt has {len(prompt)} tokens > max_seq_len={self.config.max_seq_len}.")
-            if len(prompt) and (prompt.min() < 0 or prompt.max() >= self.core.vocab_size):
-                raise ValueError(f"Task {task.task_id}'s prompt has token ids outside [0, {self.core.vocab_size}).")
+            if len(prompt) and (prompt.min() < 0 or prompt.max() >= self.common.vocab_size):
+                raise ValueError(f"Task {task.task_id}'s prompt has token ids outside [0, {self.common.vocab_size}).")
             self._ids[:] = 0
             self._ids[: len(prompt)] = prompt
             self._mask[:] = 0
@@ -171,13 +171,13 @@ class TokensEpisode(Episode):
         return self._observation(), self._info()
 
     def check_action(self, action: Any) -> Any:
-        if self.core.mode == "text":
+        if self.common.mode == "text":
             return check_text_action(action, self.config.max_chars)
-        return check_token_action(action, self.core.vocab_size, self.config.max_action_tokens)
+        return check_token_action(action, self.common.vocab_size, self.config.max_action_tokens)
 
     def advance(self, action: Any, response: Any) -> Transition:
         self.steps += 1
-        if self.core.mode == "text":
+        if self.common.mode == "text":
             room = self.config.max_chars - len(self._text)
             self._text += action[:room]
             hit_stop = any(s in action for s in self.config.stop_strings)
@@ -189,25 +189,25 @@ class TokensEpisode(Episode):
             self._ids[self._n: self._n + k] = action[:k]
             self._mask[self._n: self._n + k] = 1
             self._n += k
-            hit_stop = bool(len(self.core.eos) and np.isin(action, self.core.eos).any())
+            hit_stop = bool(len(self.common.eos) and np.isin(action, self.common.eos).any())
             overflow = len(action) > room or self._n >= self.config.max_seq_len
             sequence = self._ids[: self._n].copy()
         terminated = hit_stop
         truncated = not terminated and (overflow or (self.config.max_steps is not None and self.steps >= self.config.max_steps))
         reward, info = 0.0, self._info()
-        if self.core.reward_fn is not None:
+        if self.common.reward_fn is not None:
             try:
-                reward = float(self.core.reward_fn(self.task, sequence, terminated or truncated))
+                reward = float(self.common.reward_fn(self.task, sequence, terminated or truncated))
             except DeadlineExceeded as e:  # the hook ran past its deadline: fail closed, and say so
                 info["reward_error"] = f"DeadlineExceeded: {e}"
         return Transition(self._observation(), reward, terminated, truncated, info)
 
     def render(self) -> str:
-        if self.core.mode == "text":
+        if self.common.mode == "text":
             return self._text
-        if self.core.tokenizer is None:
+        if self.common.tokenizer is None:
             return " ".join(map(str, self._ids[: self._n].tolist()))
-        return self.core.tokenizer.decode(self._ids[: self._n], skip_special_tokens=False)
+        return self.common.tokenizer.decode(self._ids[: self._n], skip_special_tokens=False)
 
 
 def _tokens_tasks(prompts: Any, split: str | None) -> list[Task]:
@@ -232,20 +232,21 @@ def _tokens_tasks(prompts: Any, split: str | None) -> list[Task]:
 _DEFAULT_PROMPTS = ("Once upon a time,", "The quick brown fox", "In a distant galaxy,", "def fibonacci(n):")
 
 
-def build_tokens_core(*, prompts: Any = None, split: str | None = None, task_order: TaskOrder = "shuffle", **kwargs: Any) -> EnvCore:
-    core = _TokensCore(TokensConfig(**kwargs))
+def build_tokens(*, prompts: Any = None, split: str | None = None, task_order: TaskOrder = "shuffle",
+                 **kwargs: Any) -> EnvParts:
+    common = _TokensCommon(TokensConfig(**kwargs))
     if prompts is None:
         prompts = list(_DEFAULT_PROMPTS)
-    return EnvCore(
+    return EnvParts(
         tasks=_tokens_tasks(prompts, split),
-        new_episode=lambda: TokensEpisode(core),
-        observation_space=core.observation_space,
-        action_space=core.action_space,
+        new_episode=lambda: TokensEpisode(common),
+        observation_space=common.observation_space,
+        action_space=common.action_space,
         task_order=task_order,
     )
 
 
-class LLMTokensEnv(LLMEnv, build=build_tokens_core):
+class LLMTokensEnv(LLMEnv, build=build_tokens):
     """Generic token (or text) concatenation env — the base for language-model rollouts without chat.
 
     ## Description

@@ -51,7 +51,7 @@ def test_multi_turn_sequence_is_prompt_plus_sampled_plus_env(qwen_tokenizer, tem
     obs, info = env.reset(seed=0)
     sequence = unpack_tokens(obs).tolist()
     assert sequence == tok.encode(
-        env.core.extra["chat"].renderer.render(env.episode.messages, add_generation_prompt=True),
+        env.parts.extra["chat"].renderer.render(env.episode.messages, add_generation_prompt=True),
         add_special_tokens=False,
     )
     assert info["policy_mask"].sum() == 0
@@ -114,7 +114,7 @@ def test_truncates_when_the_env_turn_does_not_fit(tiny_tok):
 
 def test_handler_resources_are_released_when_the_episode_ends():
     """Per-episode resources (sandbox, browser context) go back as soon as the episode ends, once."""
-    from gym_llm.core.chat import ChatConfig, ChatCore, Response
+    from gym_llm.core.chat import ChatConfig, ChatCommon, Response
     from gym_llm.core.tasks import tasks_from_records
 
     events = []
@@ -129,7 +129,7 @@ def test_handler_resources_are_released_when_the_episode_ends():
         def close(self, episode):
             events.append(("close", episode.task.task_id))
 
-    core = ChatCore(ChatConfig(max_turns=3), Handler())
+    core = ChatCommon(ChatConfig(max_turns=3), Handler())
     episode = core.new_episode()
     task = tasks_from_records(["hi"])[0]
     episode.start(task)

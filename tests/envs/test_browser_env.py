@@ -62,7 +62,7 @@ def env():
 
 def test_every_builtin_task_is_solved_by_browsing(env):
     assert set(ORACLE) == set(range(len(SITE_TASKS)))
-    runtime = env.unwrapped.core.extra["browser_tool"].runtime
+    runtime = env.unwrapped.parts.extra["browser_tool"].runtime
     for task_id, (calls, fact) in ORACLE.items():
         obs, info = env.reset(options={"task_id": task_id})
         assert SITE_TASKS[task_id].question in obs and f"{SITE}/" in obs
@@ -81,7 +81,7 @@ def test_every_builtin_task_is_solved_by_browsing(env):
 
 def test_only_the_virtual_site_host_is_reachable(env):
     env.reset(options={"task_id": 0})
-    site = env.unwrapped.core.extra["site"]
+    site = env.unwrapped.parts.extra["site"]
     calls = call("navigate", url=f"http://{site.address}/") + call("navigate", url="http://localhost/")
     env.step(calls)
     replies = [m.content for m in env.unwrapped.episode.messages[-2:]]
@@ -115,7 +115,7 @@ def test_last_turn_is_scored_without_browsing():
 
 def test_native_vector_env_shares_one_browser_with_a_context_per_sub_env():
     envs = gym.make_vec("LLMBrowser-v0", num_envs=4, group_size=2, browser={"page_view": "text"})
-    runtime = envs.unwrapped.core.extra["browser_tool"].runtime
+    runtime = envs.unwrapped.parts.extra["browser_tool"].runtime
     obs, info = envs.reset(seed=3)
     assert info["task_id"][0] == info["task_id"][1] and info["task_id"][2] == info["task_id"][3]  # groups
     obs, rewards, terminated, truncated, info = envs.step((call("navigate", url=SITE + "/wiki/"),) * 4)
@@ -147,7 +147,7 @@ def test_close_stops_the_site_and_the_browser():
     env = LLMBrowserEnv()
     env.reset(options={"task_id": 0})
     env.step(call("navigate", url=SITE + "/"))
-    site, runtime = env.unwrapped.core.extra["site"], env.unwrapped.core.extra["browser_tool"].runtime
+    site, runtime = env.unwrapped.parts.extra["site"], env.unwrapped.parts.extra["browser_tool"].runtime
     env.close()
     assert runtime.closed and not runtime.thread.is_alive()
     with pytest.raises(OSError):

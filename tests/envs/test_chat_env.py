@@ -13,7 +13,7 @@ from gym_llm.core.messages import Message
 
 def test_defaults_use_builtin_prompts():
     env = gym.make("LLMChat-v0")
-    assert len(env.unwrapped.core.tasks) == 24
+    assert len(env.unwrapped.parts.tasks) == 24
     obs, info = env.reset(seed=0)
     assert obs.startswith("<|im_start|>user\n") and obs.endswith("<|im_start|>assistant\n")
 
@@ -56,7 +56,7 @@ def test_user_simulator_and_reward_fn():
 def test_prompt_sources(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"P{i}"}) for i in range(3)) + "\n")
-    assert len(gym.make("LLMChat-v0", prompts=path).unwrapped.core.tasks) == 3
+    assert len(gym.make("LLMChat-v0", prompts=path).unwrapped.parts.tasks) == 3
     import datasets
 
     ds = datasets.Dataset.from_list([{"messages": [{"role": "user", "content": "from a dataset"}]}])

@@ -50,13 +50,13 @@ def test_gsm_symbolic_source_generates_offline():
     env = gym.make("LLMGSM8K-v0", source="gsm_symbolic", num_generated=20, generator_seed=3)
     obs, _ = env.reset(seed=0)
     task = env.unwrapped.episode.task
-    assert len(env.unwrapped.core.tasks) == 20 and task.answer
+    assert len(env.unwrapped.parts.tasks) == 20 and task.answer
     assert env.step(f"#### {task.answer}")[1] == 1.0
 
 
 def test_arithmetic_source_generates_scorable_problems_with_worked_answers():
     env = gym.make("LLMGSM8K-v0", source="arithmetic", num_generated=50, generator_seed=1, max_operand=4)
-    tasks = env.unwrapped.core.tasks
+    tasks = env.unwrapped.parts.tasks
     assert len(tasks) == 50
     for task in tasks:
         a, b = (int(x) for x in task.data["question"].removeprefix("What is ").removesuffix("?").split(" + "))
@@ -111,7 +111,7 @@ def test_a_directory_as_data_files_says_it_is_one_and_what_to_pass(tmp_path):
         gym.make("LLMGSM8K-v0", data_files=str(folder))
     assert f"e.g. {str(folder / 'test.jsonl')!r}" in str(excinfo.value)
     env = gym.make("LLMGSM8K-v0", data_files=folder / "test.jsonl")  # the file the message names works
-    assert len(env.unwrapped.core.tasks) == 1
+    assert len(env.unwrapped.parts.tasks) == 1
     parts = tmp_path / "parts.parquet"
     parts.mkdir()
     with pytest.raises(FileNotFoundError, match=r"is a directory, not a task file\. Pass the path of a \.parquet"):
@@ -123,6 +123,6 @@ def test_datasets_dataset_source(gsm8k_test_file):
 
     ds = datasets.load_dataset("json", data_files=str(gsm8k_test_file), split="train")
     env = gym.make("LLMGSM8K-v0", tasks=ds)
-    assert len(env.unwrapped.core.tasks) == 1319
+    assert len(env.unwrapped.parts.tasks) == 1319
     env.reset(seed=0)
     assert env.step(f"#### {env.unwrapped.episode.task.answer}")[1] == 1.0

@@ -387,7 +387,7 @@ def test_random_actions_property(actions, seed):
         assert (terminated == (np.array(step) == 0)).all()
         for i in np.flatnonzero(ended):
             final = info["final_obs"][i]
-            task = envs.core.tasks[info["final_info"]["task_id"][i]]
+            task = envs.parts.tasks[info["final_info"]["task_id"][i]]
             assert reward[i] == _ends_reward(task, _chain(final), len(PROMPTS[task.task_id]))
 
 

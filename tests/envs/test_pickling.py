@@ -20,7 +20,7 @@ from tests.envs.spawn_helpers import make_env
 def _configuration(env) -> tuple:
     """What a pickled copy must keep: spaces, the task source's size and first task, the env id, key settings."""
     base = env.unwrapped
-    tasks = getattr(getattr(base, "core", None), "tasks", None)
+    tasks = getattr(getattr(base, "parts", None), "tasks", None)
     first = tasks[0] if tasks is not None and len(tasks) else None
     return (str(base.observation_space), str(base.action_space), None if tasks is None else len(tasks),
             None if first is None else repr(first.data)[:500], getattr(getattr(env, "spec", None), "id", None),

@@ -113,7 +113,7 @@ def test_tokens_mode_appends_tool_results_as_new_tokens_only(qwen_tokenizer, too
     assert new[: len(sequence)] == sequence and new[len(sequence): len(sequence) + len(reply)] == reply
     assert np.flatnonzero(info["policy_mask"]).tolist() == list(range(len(sequence), len(sequence) + len(reply)))
     env_tokens = new[len(sequence) + len(reply):]
-    chat = env.unwrapped.core.extra["chat"]
+    chat = env.unwrapped.parts.extra["chat"]
     tool_message = env.unwrapped.episode.messages[-1]
     assert tool_message.content == "144\n"
     expected = chat.renderer.closing[len("<|im_end|>"):] + chat.renderer.render_continuation(

@@ -86,16 +86,16 @@ def test_every_env_puts_its_reward_hook_under_the_default_deadline():
     tokens = gym.make("LLMTokens-v0", vocab_size=10, prompts=[[1]], reward_fn=lambda task, seq, done: 1.0)
     hashing = gym.make("LLMHashing-v0", vocab_size=10, prompts=[[1]], max_seq_len=4,
                        reward_fn=lambda task, ids, n: 1.0)
-    hooks_ = [episode_core(chat).handler.reward_fn, episode_core(gsm8k).handler.reward_fn,
-              episode_core(tokens).reward_fn, episode_core(hashing).reward_fn]
+    hooks_ = [episode_common(chat).handler.reward_fn, episode_common(gsm8k).handler.reward_fn,
+              episode_common(tokens).reward_fn, episode_common(hashing).reward_fn]
     assert all(isinstance(h, IsolatedHook) and h.timeout_s == DEFAULT_HOOK_TIMEOUT_S for h in hooks_), hooks_
     opted_out = gym.make("LLMChat-v0", prompts=["Hi"], reward_fn=len, reward_timeout_s=None)
-    assert episode_core(opted_out).handler.reward_fn is len
+    assert episode_common(opted_out).handler.reward_fn is len
 
 
-def episode_core(env):
+def episode_common(env):
     env.reset(seed=0)
-    return env.unwrapped._episode.core
+    return env.unwrapped._episode.common
 
 
 def test_a_hanging_lambda_is_killed_at_reward_timeout_s_and_the_next_step_is_scored():

@@ -110,7 +110,7 @@ class Evaluator:
         self.envs = gym.make_vec(env_id, num_envs=self.num_envs, group_size=1, vectorization_mode="vector_entry_point",
                                  mode="tokens", tokenizer=engine.tokenizer, max_seq_len=max_seq_len,
                                  max_action_tokens=max_new_tokens, **dict(env_kwargs))
-        num_tasks = len(self.envs.unwrapped.core.tasks)
+        num_tasks = len(self.envs.unwrapped.parts.tasks)
         if task_ids in ("first", "shuffle"):
             order = np.random.default_rng(self.seed).permutation(num_tasks) if task_ids == "shuffle" else None
             task_ids = [i % num_tasks if order is None else order[i % num_tasks] for i in range(self.episodes)]

@@ -58,7 +58,7 @@ def reference_trajectories(env_id: str, env_kwargs: Mapping[str, Any], tokenizer
     env = gym.make(env_id, mode="tokens", tokenizer=tokenizer, max_seq_len=max_seq_len,
                    max_action_tokens=max_new_tokens, **dict(env_kwargs))
     try:
-        tasks = env.unwrapped.core.tasks
+        tasks = env.unwrapped.parts.tasks
         count = len(tasks) if max_examples is None else min(max_examples, len(tasks))
         eos = tokenizer.eos_token_id
         out: list[Trajectory] = []

@@ -220,7 +220,7 @@ class Trainer:
     def _episode_token_budget(self) -> int:
         """The most policy tokens one episode can hold: every turn's ``max_new_tokens``, within ``max_seq_len``
         (the Dr. GRPO constant is per row, and a row is a whole episode)."""
-        chat = getattr(getattr(self.envs, "core", None), "extra", {}).get("chat")  # chat-style envs' ChatCore
+        chat = getattr(getattr(self.envs, "parts", None), "extra", {}).get("chat")  # chat-style envs' ChatCommon
         turns = int(getattr(getattr(chat, "config", None), "max_turns", 1) or 1)
         return min(turns * self.config.max_new_tokens, self.config.max_seq_len)
 

@@ -16,27 +16,27 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from gym_llm.core.chat import ChatCore
+from gym_llm.core.chat import ChatCommon
 from gym_llm.core.tasks import Task
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["env_dataset", "chat_core", "prompt_messages", "task_columns"]
+__all__ = ["env_dataset", "chat_common", "prompt_messages", "task_columns"]
 
 logger = logging.getLogger(__name__)
 
 
-def chat_core(env: Any) -> ChatCore:
-    """The :class:`~gym_llm.core.chat.ChatCore` of a gym_llm chat env (scalar or vector, wrapped or not).
+def chat_common(env: Any) -> ChatCommon:
+    """The :class:`~gym_llm.core.chat.ChatCommon` of a gym_llm chat env (scalar or vector, wrapped or not).
 
     Raises:
         TypeError: the env is not a gym_llm chat-style env (token-level envs such as ``LLMTokens-v0`` and
             ``LLMHashing-v0`` have no conversation to train on with TRL).
     """
-    core = getattr(getattr(env, "unwrapped", env), "core", None)
-    chat = getattr(core, "extra", {}).get("chat") if core is not None else None
-    if not isinstance(chat, ChatCore):
+    parts = getattr(getattr(env, "unwrapped", env), "parts", None)
+    chat = getattr(parts, "extra", {}).get("chat") if parts is not None else None
+    if not isinstance(chat, ChatCommon):
         raise TypeError(
             f"The TRL integration needs a gym_llm chat env (LLMChat-v0, LLMGSM8K-v0, LLMIFEval-v0, LLMPythonTool-v0, "
             f"LLMBrowser-v0, or your own env built on gym_llm.core.chat); got {type(getattr(env, 'unwrapped', env)).__name__}, "
@@ -45,7 +45,7 @@ def chat_core(env: Any) -> ChatCore:
     return chat
 
 
-def prompt_messages(chat: ChatCore, task: Task) -> list[dict[str, Any]]:
+def prompt_messages(chat: ChatCommon, task: Task) -> list[dict[str, Any]]:
     """The opening conversation the env starts ``task`` with, as TRL's conversational prompt."""
     return [message.to_dict() for message in chat.opening(task)]
 
@@ -103,9 +103,9 @@ def env_dataset(
         raise ValueError(f"num_rows must be an int >= 1 or None (one epoch), got {num_rows!r}.")
     env = gym.make(env_id, disable_env_checker=True, **env_kwargs)
     try:
-        chat = chat_core(env)
+        chat = chat_common(env)
         rows: list[dict[str, Any]] = []
-        total = len(env.unwrapped.core.tasks) if num_rows is None else num_rows
+        total = len(env.unwrapped.parts.tasks) if num_rows is None else num_rows
         for round_ in range(total):
             _, info = env.reset(seed=seed) if round_ == 0 else env.reset()
             task = env.unwrapped.episode.task

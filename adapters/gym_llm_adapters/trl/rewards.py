@@ -170,12 +170,12 @@ class EnvReward:
         import gymnasium as gym
 
         import gym_llm  # noqa: F401  (registers the ids)
-        from gym_llm_adapters.trl.dataset import chat_core
+        from gym_llm_adapters.trl.dataset import chat_common
 
         if env_kwargs.get("mode", "text") != "text":
             raise ValueError("EnvReward scores text completions; drop mode= (the env runs in text mode).")
         self.env = gym.make(env_id, disable_env_checker=True, **env_kwargs)
-        chat_core(self.env)  # a chat env, or a clear TypeError
+        chat_common(self.env)  # a chat env, or a clear TypeError
         self.env_id, self.task_column = env_id, task_column
         self.__name__ = name or env_id.split("-")[0].removeprefix("LLM").lower()
         self._lock = threading.Lock()  # TRL may call reward functions from several threads (async rewards)

@@ -39,7 +39,7 @@ from typing import Any, Literal, Sequence
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines.base import SamplingConfig
 from gym_llm_adapters.rollout_io import RolloutWriter
-from gym_llm_adapters.trl.dataset import chat_core, prompt_messages
+from gym_llm_adapters.trl.dataset import chat_common, prompt_messages
 from gym_llm_adapters.trl.generation import sampling_from_trainer, trainer_engine, trainer_tokenizer
 from gym_llm_adapters.types import Trajectory
 
@@ -227,13 +227,13 @@ class EnvRolloutFunc:
                                mode="tokens", tokenizer=tokenizer, max_action_tokens=max_tokens, record_messages=True,
                                **kwargs)
             try:
-                chat = chat_core(env)
+                chat = chat_common(env)
             except TypeError:
                 env.close()
                 raise
             self._envs[num_envs] = env
             if self._index is None:
-                self._index = PromptIndex(chat, env.unwrapped.core.tasks)
+                self._index = PromptIndex(chat, env.unwrapped.parts.tasks)
         return env
 
     def close(self) -> None:

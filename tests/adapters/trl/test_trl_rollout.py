@@ -45,11 +45,11 @@ def test_tool_episodes_are_token_exact_and_env_tokens_masked(gsm8k_test_file, ta
 def test_prompt_index(gsm8k_test_file):
     import gymnasium as gym
 
-    from gym_llm_adapters.trl.dataset import chat_core
+    from gym_llm_adapters.trl.dataset import chat_common
 
     env = gym.make("LLMGSM8K-v0", data_files=str(gsm8k_test_file), system_prompt="Be exact.")
-    tasks = env.unwrapped.core.tasks
-    index = PromptIndex(chat_core(env), tasks)
+    tasks = env.unwrapped.parts.tasks
+    index = PromptIndex(chat_common(env), tasks)
     row = env_dataset("LLMGSM8K-v0", data_files=str(gsm8k_test_file), system_prompt="Be exact.", num_rows=1)[0]
     assert index.task_id(row["prompt"]) == row["task_id"]
     question = tasks[TASK].prompt
