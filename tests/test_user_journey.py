@@ -75,6 +75,7 @@ def test_the_first_commands_a_newcomer_runs(tmp_path):
                       "--no-progress",
                       "--out", "runs/train", cwd=tmp_path)
     assert trained.returncode == 0 and "done after 4 steps" in trained.stdout, trained.stderr[-3000:]
+    assert re.search(r"a GRPO step's time \(mean of this run\): [0-9.]+ s: rollout [0-9.]+ s \(\d+%; engine", trained.stdout)
     assert (tmp_path / "runs" / "train" / "curves.png").is_file()
     again = gym_llm("train", "grpo", "--config", str(REPO / "examples" / "configs" / "arithmetic_tiny.toml"),
                     "--out", "runs/train", cwd=tmp_path)  # the same --out again: refused, with the fix

@@ -44,6 +44,16 @@ def test_sft_warm_start_then_grpo_learns_and_leaves_a_loadable_run(tmp_path):
     assert all(np.isfinite(r["train/kl"]) and r["train/kl"] >= 0 for r in grpo)
     versions = [r["train/version"] for r in grpo]
     assert versions == sorted(versions) and len(set(versions)) == 6  # one weight push per GRPO step
+    # where each step's time went: the phases are disjoint parts of the step (the rest is metric bookkeeping)
+    phases = ("rollout", "reference", "policy", "optimizer", "sync", "write")
+    for r in grpo:
+        assert all(r[f"time/{p}_s"] >= 0 for p in phases)
+        parts = sum(r[f"time/{p}_s"] for p in phases)
+        assert 0.9 * r["train/step_s"] <= parts <= r["train/step_s"], (parts, r)
+        assert r["time/rollout_generate_s"] + r["time/rollout_env_s"] <= r["time/rollout_s"]
+        assert r["time/rollout_generate_s"] > 0 and r["time/policy_s"] > 0
+    assert set(result.step_time) == {*phases, "rollout_generate", "rollout_env"}
+    assert result.step_time["policy"] == pytest.approx(np.mean([r["time/policy_s"] for r in grpo]))
     sft_losses = [r["sft/loss"] for r in rows if "sft/loss" in r]
     assert np.mean(sft_losses[-5:]) < 0.5 * np.mean(sft_losses[:5])
     # every GRPO step's episodes were written, whole groups, token-exact, tagged with the pushing version
