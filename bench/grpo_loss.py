@@ -1,6 +1,7 @@
 """GRPO loss forward + backward: gym-llm vs TRL 1.16's GRPOTrainer._compute_loss on the same batch and model.
 
 Run: ``OMP_NUM_THREADS=1 PYTHONPATH=.:adapters python bench/grpo_loss.py [--vocab 32000] [--batch 16] [--seq 512]``
+(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model).
 
 Both sides start from token ids and end with parameter gradients, so the policy forward (the part that
 makes the backward real) is inside the timing:
@@ -23,7 +24,7 @@ import tempfile
 import warnings
 
 import torch
-from _common import describe_machine, interleaved_times_s, rollout_batch, small_causal_lm, summary
+from _common import bench_model, describe_machine, interleaved_times_s, rollout_batch, summary
 
 from gym_llm_adapters.logprobs import token_logprobs
 from gym_llm_adapters.losses import GRPOLoss, GRPOLossConfig, group_advantages, importance_sampling_weights
@@ -35,7 +36,7 @@ CONFIG = GRPOLossConfig(aggregation="token_mean", beta=0.04, epsilon=0.2, epsilo
                         importance_sampling="token_truncate", importance_sampling_clip_max=2.0)
 
 
-def build_trainer(model_dir, batch_size: int, completion_length: int):
+def build_trainer(model_dir, batch_size: int, completion_length: int, tokenizer=None):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
@@ -48,7 +49,7 @@ def build_trainer(model_dir, batch_size: int, completion_length: int):
                       bf16=False, **OPTIONS)
     trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
                           train_dataset=Dataset.from_dict({"prompt": ["x"] * batch_size}),
-                          processing_class=tiny_tokenizer())
+                          processing_class=tokenizer or tiny_tokenizer())
     trainer.current_gradient_accumulation_steps = 1  # one micro-batch per optimizer step
     trainer.use_vllm = True  # makes _compute_loss apply inputs["importance_sampling_ratio"]; no engine is started
     return trainer
@@ -69,7 +70,9 @@ def shared_inputs(model, batch, prompt: int, seed: int = 0) -> dict[str, torch.T
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--model", choices=["small", "smollm2"], default="small",
+                        help="small: a 4-layer random Qwen2 with --vocab outputs; smollm2: SmolLM2-135M-Instruct")
+    parser.add_argument("--vocab", type=int, default=32000, help="output size of the small model")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per episode (not scored)")
@@ -79,8 +82,13 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     warnings.filterwarnings("ignore")
-    _, model_dir = small_causal_lm(args.vocab, seed=0, save=True)
-    trainer = build_trainer(model_dir, args.batch, args.seq - args.prompt)
+    _, model_dir, args.vocab = bench_model(args.model, args.vocab, seed=0, save=True)
+    tokenizer = None
+    if args.model == "smollm2":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = build_trainer(model_dir, args.batch, args.seq - args.prompt, tokenizer)
     model = trainer.model.train()
     batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
     x = shared_inputs(model, batch, args.prompt)
@@ -110,7 +118,7 @@ def main() -> None:
         return out.loss.detach()
 
     torch.testing.assert_close(our_step(), trl_step(), rtol=1e-4, atol=1e-6)
-    print(f"# GRPO loss fwd+bwd: B={args.batch} S={args.seq} V={args.vocab} prompt={P}; "
+    print(f"# GRPO loss fwd+bwd ({args.model} model): B={args.batch} S={args.seq} V={args.vocab} prompt={P}; "
           f"{int(num_items)} policy tokens of {int(batch['attention_mask'].sum())} real tokens; TRL options "
           f"{OPTIONS}; {args.repeats} interleaved runs; {describe_machine()}")
     times = interleaved_times_s({"trl": trl_step, "ours": our_step}, repeats=args.repeats)

@@ -1,6 +1,7 @@
 """Reference-KL cost: gym-llm's ReferenceKL vs one raw reference forward, and vs TorchRL's KL transforms.
 
 Run: ``OMP_NUM_THREADS=1 PYTHONPATH=.:adapters python bench/kl.py [--vocab 32000] [--batch 16] [--seq 512]``
+(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model).
 
 All three compute, for the same right-padded batch of episodes, the reference model's log-prob of every
 sampled (policy) token and the KL estimate against the engine's log-probs, under ``torch.inference_mode``:
@@ -24,7 +25,7 @@ import statistics
 import warnings
 
 import torch
-from _common import describe_machine, interleaved_times_s, rollout_batch, small_causal_lm, summary
+from _common import bench_model, describe_machine, interleaved_times_s, rollout_batch, summary
 
 from gym_llm_adapters.kl import ReferenceKL, ReferenceKLConfig
 from gym_llm_adapters.logprobs import token_logprobs
@@ -72,7 +73,9 @@ def torchrl_chain(model, tokenizer_dir):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--model", choices=["small", "smollm2"], default="small",
+                        help="small: a 4-layer random Qwen2 with --vocab outputs; smollm2: SmolLM2-135M-Instruct")
+    parser.add_argument("--vocab", type=int, default=32000, help="output size of the small model")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per episode (not scored)")
@@ -86,8 +89,9 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     from gym_llm_adapters.models.tiny import tiny_model_dir
 
-    ref_model, _ = small_causal_lm(args.vocab, seed=1)
-    policy_model, _ = small_causal_lm(args.vocab, seed=0)
+    ref_model, model_dir, vocab = bench_model(args.model, args.vocab, seed=1)
+    policy_model, _, _ = bench_model(args.model, args.vocab, seed=0)
+    args.vocab = vocab
     batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
     with torch.inference_mode():
         engine = token_logprobs(policy_model, batch["input_ids"], batch["attention_mask"], batch["policy_mask"])
@@ -106,7 +110,7 @@ def main() -> None:
 
     fns = {"raw": raw, "ours": ours}
     if not args.skip_torchrl:
-        run_torchrl = torchrl_chain(ref_model, tiny_model_dir())
+        run_torchrl = torchrl_chain(ref_model, model_dir or tiny_model_dir())
 
         def torchrl():
             with torch.inference_mode():
@@ -115,7 +119,7 @@ def main() -> None:
         # Same numbers first: TorchRL's k1 (gen - ref) summed over policy tokens equals ours.
         torch.testing.assert_close(ours().kl_per_sequence, torchrl().float(), rtol=1e-3, atol=1e-2)
         fns["torchrl"] = torchrl
-    print(f"# reference KL: B={args.batch} S={args.seq} V={args.vocab} prompt={args.prompt}; "
+    print(f"# reference KL ({args.model} model): B={args.batch} S={args.seq} V={args.vocab} prompt={args.prompt}; "
           f"{int(batch['policy_mask'].sum())} policy tokens of {int(batch['attention_mask'].sum())} real tokens; "
           f"{args.repeats} interleaved runs; {describe_machine()}")
     times = interleaved_times_s(fns, repeats=args.repeats)

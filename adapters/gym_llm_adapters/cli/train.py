@@ -76,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_group.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0 = off (default: 1)")
     run_group.add_argument("--micro-batch-size", type=int, default=None,
                            help="sequences per forward/backward (gradient accumulation); default: the whole batch")
+    run_group.add_argument("--activation-memory-gb", type=float, default=4.0,
+                           help="cut batches into micro-batches so a backward keeps about this much activation memory "
+                                "(tokens per micro-batch from the model's layers and widths); 0 = no cap (default: 4)")
     grpo = parser.add_argument_group("GRPO")
     grpo.add_argument("--num-tasks", type=positive_int, default=8, help="groups (tasks) per step (default: 8)")
     grpo.add_argument("--group-size", type=positive_int, default=8, help="samples per task (default: 8)")
@@ -157,7 +160,7 @@ def config_from_args(args: argparse.Namespace):
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
         mask_truncated_completions=args.mask_truncated_completions,
-        micro_batch_size=args.micro_batch_size, sft_data=args.sft_data, sft_batch_size=args.sft_batch_size,
+        micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None, sft_data=args.sft_data, sft_batch_size=args.sft_batch_size,
         sft_examples=args.sft_examples, sft_min_reward=args.sft_min_reward, sft_top_k=args.sft_top_k,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_temperature=args.eval_temperature,
         pass_threshold=args.pass_threshold, save_every=args.save_every, keep_checkpoints=args.keep_checkpoints,

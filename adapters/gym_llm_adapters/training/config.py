@@ -76,6 +76,12 @@ class TrainConfig:
         log_kl: measure ``KL(policy || reference)`` every step with a frozen copy of the policy at the start
             of RL (costs one reference forward per step).
         micro_batch_size: sequences per forward/backward (gradient accumulation); None = the whole batch.
+        activation_memory_gb: cap on what a forward+backward keeps for the backward: a batch is cut into
+            micro-batches of at most ``activation_memory_gb * 2**30 / (L * (10 h + 4 i) * 4)`` tokens (rows x padded
+            width; ``L`` layers, hidden size ``h``, MLP size ``i``: the float32 values autograd keeps per token and
+            layer, rounded up), on top of ``micro_batch_size``. The default 4 GiB lets SmolLM2-135M (L=30, h=576,
+            i=1536) take ~3,000 tokens per backward and leaves the tiny model's batches whole; None = no cap.
+            Splitting changes only the summation order (the loss is normalised over the whole batch).
 
     SFT:
         sft_data: ``"references"`` (the env tasks' worked solutions, e.g. GSM8K's ``answer`` field) or a
@@ -131,6 +137,7 @@ class TrainConfig:
     mask_truncated_completions: bool = False
     log_kl: bool = True
     micro_batch_size: int | None = None
+    activation_memory_gb: float | None = 4.0
     sft_data: str = "references"
     sft_batch_size: int = 32
     sft_examples: int | None = None
@@ -182,6 +189,8 @@ class TrainConfig:
             raise ValueError("beta and eval_temperature must be >= 0.")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or None, got {self.micro_batch_size!r}.")
+        if self.activation_memory_gb is not None and not self.activation_memory_gb > 0:
+            raise ValueError(f"activation_memory_gb must be > 0 or None (no cap), got {self.activation_memory_gb!r}.")
         if self.sft_top_k is not None and self.sft_top_k < 1:
             raise ValueError(f"sft_top_k must be >= 1 or None, got {self.sft_top_k!r}.")
         reserved = {"mode", "tokenizer", "max_seq_len", "max_action_tokens", "num_envs", "group_size"}

@@ -71,6 +71,22 @@ class TrainResult:
     step_time: dict[str, float] = field(default_factory=dict)
 
 
+def backward_token_budget(model_config: Any, activation_memory_gb: float | None) -> int | None:
+    """Tokens (rows x padded width) one forward+backward may take so that autograd keeps about
+    ``activation_memory_gb`` GiB: ``budget / (L * (10 h + 4 i) * 4 bytes)`` for ``L`` layers, hidden size ``h`` and MLP
+    size ``i``: the float32 values autograd saves per token and layer (norm inputs and outputs, rotated q/k, attention
+    inputs and output: ~9 h; the gated MLP's gate, activation, up and product: 4 i), rounded up — measured 11,147 for
+    SmolLM2's widths against 11,904 here (tests/adapters/training/test_micro_batches.py). None when
+    ``activation_memory_gb`` is None or the config lacks the sizes."""
+    layers = getattr(model_config, "num_hidden_layers", None)
+    hidden = getattr(model_config, "hidden_size", None)
+    if activation_memory_gb is None or not layers or not hidden:
+        return None
+    mlp = getattr(model_config, "intermediate_size", None) or 4 * hidden
+    per_token = layers * (10 * hidden + 4 * mlp) * 4
+    return max(1, int(activation_memory_gb * 2**30) // per_token)
+
+
 class _PhaseClock:
     """Seconds between successive :meth:`lap` calls, by phase name."""
 
@@ -170,6 +186,7 @@ class Trainer:
         self._stale_engine = False
         self._stop = False
         self._evals: list[tuple[int, EvalSummary]] = []
+        self._token_budget = backward_token_budget(self.policy.config, self.config.activation_memory_gb)
         self._step_time: dict[str, float] = {}  # seconds summed over this run's GRPO steps, by phase (+ "steps")
 
     # ------------------------------------------------------------------------------------ setup
@@ -363,10 +380,13 @@ class Trainer:
         return {k: v / steps for k, v in self._step_time.items() if k != "steps"} if steps else {}
 
     def _micro_batches(self, batch: Any):
-        """``(part, len(part) / len(batch))`` slices of ``micro_batch_size`` rows (one slice when unset)."""
+        """``(part, len(part) / len(batch))`` slices of at most ``micro_batch_size`` rows and at most
+        :func:`backward_token_budget` tokens (rows x the batch's padded width); one slice when both allow it."""
         from gym_llm_adapters.losses import select_rows
 
         size = self.config.micro_batch_size or len(batch)
+        if self._token_budget is not None:
+            size = min(size, max(1, self._token_budget // max(1, batch.input_ids.shape[1])))
         for start in range(0, len(batch), size):
             rows = np.arange(start, min(start + size, len(batch)))
             yield (batch if len(rows) == len(batch) else select_rows(batch, rows)), len(rows) / len(batch)
