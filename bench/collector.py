@@ -44,7 +44,8 @@ def make_engine(kind: str, model: Path):
         return HFEngine(model, max_batch_size=256)
     from gym_llm_adapters.engines import VLLMEngine
 
-    return VLLMEngine(model, dtype="float32", enforce_eager=True, kv_cache_memory_bytes=256 << 20)
+    # 1 GiB of KV cache: a real model's full context (SmolLM2: 8192 tokens, 0.35 GiB) must fit one request
+    return VLLMEngine(model, dtype="float32", enforce_eager=True, kv_cache_memory_bytes=1 << 30)
 
 
 def make_env(args, tokenizer):
