@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"eval at step {first[0]}: mean reward {first[1].reward_mean:.3f}, pass rate {first[1].pass_rate:.1%}")
         print(f"eval at step {last[0]}: mean reward {last[1].reward_mean:.3f}, pass rate {last[1].pass_rate:.1%}")
     if result.step_time:
-        from gym_llm_adapters.training.trainer import format_step_time
+        from gym_llm_adapters.training.step_time import format_step_time
 
         print(f"a GRPO step's time (mean of this run): {format_step_time(result.step_time)}")
     print(f"{'interrupted' if result.interrupted else 'done'} after {result.steps} steps; "

@@ -41,9 +41,11 @@ from gym_llm_adapters.models.resolve import resolve_model
 from gym_llm_adapters.training import checkpoint as ckpt
 from gym_llm_adapters.training.config import TrainConfig
 from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
+from gym_llm_adapters.training.memory import backward_token_budget
 from gym_llm_adapters.training.metrics import MetricsCallback, MetricsLogger, plot_training_curves
 from gym_llm_adapters.training.precision import autocast, master_dtype
 from gym_llm_adapters.training.setup import build_engine, load_policy, resolve_device
+from gym_llm_adapters.training.step_time import PhaseClock, StepTimes
 
 __all__ = ["Trainer", "TrainResult"]
 
@@ -69,49 +71,6 @@ class TrainResult:
     evals: list[tuple[int, EvalSummary]] = field(default_factory=list)
     out_dir: Path | None = None
     step_time: dict[str, float] = field(default_factory=dict)
-
-
-def backward_token_budget(model_config: Any, activation_memory_gb: float | None) -> int | None:
-    """Tokens (rows x padded width) one forward+backward may take so that autograd keeps about
-    ``activation_memory_gb`` GiB: ``budget / (L * (10 h + 4 i) * 4 bytes)`` for ``L`` layers, hidden size ``h`` and MLP
-    size ``i``: the float32 values autograd saves per token and layer (norm inputs and outputs, rotated q/k, attention
-    inputs and output: ~9 h; the gated MLP's gate, activation, up and product: 4 i), rounded up — measured 11,147 for
-    SmolLM2's widths against 11,904 here (tests/adapters/training/test_micro_batches.py). None when
-    ``activation_memory_gb`` is None or the config lacks the sizes."""
-    layers = getattr(model_config, "num_hidden_layers", None)
-    hidden = getattr(model_config, "hidden_size", None)
-    if activation_memory_gb is None or not layers or not hidden:
-        return None
-    mlp = getattr(model_config, "intermediate_size", None) or 4 * hidden
-    per_token = layers * (10 * hidden + 4 * mlp) * 4
-    return max(1, int(activation_memory_gb * 2**30) // per_token)
-
-
-class _PhaseClock:
-    """Seconds between successive :meth:`lap` calls, by phase name."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.parts[name] = self.parts.get(name, 0.0) + now - self._last
-        self._last = now
-
-
-def format_step_time(breakdown: dict[str, float]) -> str:
-    """``"1.02 s: rollout 0.71 s (70%; engine 0.62 s, envs 0.05 s), reference 0.05 s (5%), ..."``."""
-    top = [k for k in breakdown if not k.startswith("rollout_")]
-    total = sum(breakdown[k] for k in top)
-    parts = []
-    for name in top:
-        text = f"{name} {breakdown[name]:.3f} s ({breakdown[name] / total:.0%}" if total else f"{name} 0 s ("
-        if name == "rollout" and "rollout_generate" in breakdown:
-            text += f"; engine {breakdown['rollout_generate']:.3f} s, envs {breakdown.get('rollout_env', 0.0):.3f} s"
-        parts.append(text + ")")
-    return f"{total:.3f} s: " + ", ".join(parts)
-
 
 
 def lr_factor(i: int, *, warmup: int, length: int, schedule: str) -> float:
@@ -187,7 +146,7 @@ class Trainer:
         self._stop = False
         self._evals: list[tuple[int, EvalSummary]] = []
         self._token_budget = backward_token_budget(self.policy.config, self.config.activation_memory_gb)
-        self._step_time: dict[str, float] = {}  # seconds summed over this run's GRPO steps, by phase (+ "steps")
+        self._step_times = StepTimes()  # this run's GRPO steps, by phase
 
     # ------------------------------------------------------------------------------------ setup
     def _build_evaluator(self) -> Evaluator:
@@ -309,7 +268,7 @@ class Trainer:
         from gym_llm_adapters.types import RolloutBatch
 
         cfg = self.config
-        clock = _PhaseClock()
+        clock = PhaseClock()
         stats = self.collector.stats
         generate_s, env_s = stats.generate_s, stats.env_s
         trajectories = self.collector.next_batch()
@@ -354,9 +313,7 @@ class Trainer:
             self._writer.write(trajectories)
             self.state.rollout_records += len(trajectories)
         clock.lap("write")
-        for name, seconds in clock.parts.items():
-            self._step_time[name] = self._step_time.get(name, 0.0) + seconds
-        self._step_time["steps"] = self._step_time.get("steps", 0.0) + 1
+        self._step_times.add(clock.parts)
         rewards = batch.rewards.astype(np.float64)
         metrics.update({
             "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
@@ -376,8 +333,7 @@ class Trainer:
         and ``rollout_env`` in the envs' steps), ``reference`` (reference-model forward for the KL), ``policy``
         (log-prob forward + backward), ``optimizer``, ``sync`` (weights to the engine), ``write`` (rollout file).
         Empty before the first GRPO step."""
-        steps = self._step_time.get("steps", 0.0)
-        return {k: v / steps for k, v in self._step_time.items() if k != "steps"} if steps else {}
+        return self._step_times.means()
 
     def _micro_batches(self, batch: Any):
         """``(part, len(part) / len(batch))`` slices of at most ``micro_batch_size`` rows and at most

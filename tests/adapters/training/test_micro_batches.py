@@ -14,7 +14,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from gym_llm_adapters.logprobs import token_logprobs
 from gym_llm_adapters.losses import GRPOLoss, GRPOLossConfig, SFTLoss
 from gym_llm_adapters.training import TrainConfig
-from gym_llm_adapters.training.trainer import Trainer, backward_token_budget
+from gym_llm_adapters.training.memory import backward_token_budget
+from gym_llm_adapters.training.trainer import Trainer
 from gym_llm_adapters.types import RolloutBatch, Trajectory
 
 SMOLLM2 = dict(num_hidden_layers=30, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
