@@ -24,6 +24,8 @@ DEFAULT_GSM8K_PROMPT = (
 """The default prompt; ``{question}`` is replaced by the problem text."""
 
 GSM8KSource = Literal["file", "hub", "gsm_symbolic", "arithmetic"]
+ArithmeticPairs = Literal["all", "train", "test"]
+ARITHMETIC_TEST_FRACTION = 0.2
 
 
 def load_gsm8k_tasks(
@@ -37,6 +39,7 @@ def load_gsm8k_tasks(
     num_generated: int = 1_000,
     generator_seed: int = 0,
     max_operand: int = 9,
+    operand_pairs: ArithmeticPairs = "all",
     prompt_template: str = DEFAULT_GSM8K_PROMPT,
 ) -> list[Task]:
     """GSM8K tasks from the first source given (see :class:`LLMGSM8KEnv` for the arguments).
@@ -62,7 +65,8 @@ def load_gsm8k_tasks(
         tasks=tasks, data_files=data_files, source=source, split=split, default="hub",
         file_hint="a GSM8K .jsonl path with 'question' and 'answer'",
         sources={"hub": hub, "gsm_symbolic": lambda: _generate_gsm_symbolic(num_generated, generator_seed),
-                 "arithmetic": lambda: generate_arithmetic(num_generated, generator_seed, max_operand=max_operand)})
+                 "arithmetic": lambda: generate_arithmetic(num_generated, generator_seed, max_operand=max_operand,
+                                                           pairs=operand_pairs)})
     out = []
     for index, record in enumerate(records):
         if not isinstance(record, dict) or "question" not in record or "answer" not in record:
@@ -87,12 +91,41 @@ def _generate_gsm_symbolic(size: int, seed: int) -> list[dict[str, Any]]:
     return [{"question": row["question"], "answer": str(row["answer"])} for row in dataset]
 
 
-def generate_arithmetic(size: int, seed: int, *, max_operand: int = 9) -> list[dict[str, Any]]:
+def arithmetic_pairs(max_operand: int, part: ArithmeticPairs = "all") -> list[tuple[int, int]]:
+    """The operand pairs ``(a, b)``, ``0 <= a, b <= max_operand``, of one part of a fixed train/test partition.
+
+    ``"test"`` is a fixed 20% of all pairs (a permutation seeded by ``max_operand`` alone, so it does not depend on
+    any generator seed), ``"train"`` the other 80%, ``"all"`` every pair. Problems drawn from the two parts never
+    share a question: evaluate on ``"test"`` what was trained on ``"train"`` and no eval problem was seen.
+
+    >>> train, test = arithmetic_pairs(9, "train"), arithmetic_pairs(9, "test")
+    >>> len(train), len(test), set(train) & set(test), sorted(train + test) == arithmetic_pairs(9)
+    (80, 20, set(), True)
+    """
+    import numpy as np
+
+    if isinstance(max_operand, bool) or not isinstance(max_operand, int) or max_operand < 1:
+        raise ValueError(f"max_operand must be an int >= 1, got {max_operand!r}.")
+    if part not in ("all", "train", "test"):
+        raise ValueError(f"operand_pairs must be 'all', 'train' or 'test', got {part!r}.")
+    side = max_operand + 1
+    if part == "all":
+        return [(a, b) for a in range(side) for b in range(side)]
+    order = np.random.default_rng([0x5EED, max_operand]).permutation(side * side)
+    cut = round(ARITHMETIC_TEST_FRACTION * side * side)
+    chosen = np.sort(order[:cut] if part == "test" else order[cut:])
+    return [(int(i) // side, int(i) % side) for i in chosen]
+
+
+def generate_arithmetic(size: int, seed: int, *, max_operand: int = 9,
+                        pairs: ArithmeticPairs = "all") -> list[dict[str, Any]]:
     """``size`` addition problems ``a + b`` with ``0 <= a, b <= max_operand``, in GSM8K's record format.
 
     The ``answer`` field is a worked solution like GSM8K's (``"3 + 4 = 7\\n#### 7"``), so it doubles as
     a supervised target. Made for smoke tests and the CPU training demo: a tiny model learns it in
-    minutes. Deterministic in ``(size, seed, max_operand)``; needs no dependency.
+    minutes. Deterministic in ``(size, seed, max_operand, pairs)``; needs no dependency. ``pairs`` draws the
+    operands from every pair (``"all"``, uniform operands) or from one part of the fixed train/test partition of
+    :func:`arithmetic_pairs`, for a held-out evaluation.
 
     >>> generate_arithmetic(2, 0, max_operand=5)
     [{'question': 'What is 5 + 3?', 'answer': '5 + 3 = 8\\n#### 8'}, {'question': 'What is 3 + 1?', 'answer': '3 + 1 = 4\\n#### 4'}]
@@ -103,9 +136,14 @@ def generate_arithmetic(size: int, seed: int, *, max_operand: int = 9) -> list[d
         raise ValueError(f"max_operand must be an int >= 1, got {max_operand!r}.")
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"num_generated must be an int >= 1, got {size!r}.")
-    operands = np.random.default_rng(seed).integers(0, max_operand + 1, size=(size, 2))
+    rng = np.random.default_rng(seed)
+    if pairs == "all":
+        operands = rng.integers(0, max_operand + 1, size=(size, 2)).tolist()
+    else:
+        allowed = arithmetic_pairs(max_operand, pairs)
+        operands = [allowed[i] for i in rng.integers(0, len(allowed), size=size).tolist()]
     return [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-            for a, b in operands.tolist()]
+            for a, b in operands]
 
 
 def grade_gsm8k_reply(reply: str, task: Task):
@@ -168,7 +206,8 @@ class LLMGSM8KEnv(LLMEnv, build=build_gsm8k):
     * ``source``: ``"gsm_symbolic"`` to generate problems offline with reasoning-gym
       (``num_generated``, ``generator_seed``); ``"arithmetic"`` for generated ``a + b`` problems with
       operands up to ``max_operand`` (no dependency; the CPU training demo's task, see
-      :func:`generate_arithmetic`); ``"hub"``/None loads ``dataset_name`` (default ``openai/gsm8k``,
+      :func:`generate_arithmetic`; ``operand_pairs="train"``/``"test"`` draws them from a fixed 80/20
+      partition of the pairs, so an evaluation on ``"test"`` never sees a training problem); ``"hub"``/None loads ``dataset_name`` (default ``openai/gsm8k``,
       config ``main``, ``split``) through ``datasets``.
     * ``tasks``: records (or a ``datasets.Dataset``) with ``question``/``answer`` instead of a file.
     * ``tools``: :mod:`gym_llm.tools` tools (``PythonTool``, ``MCPTool``); calls in a reply are run and

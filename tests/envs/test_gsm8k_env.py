@@ -70,6 +70,30 @@ def test_arithmetic_source_generates_scorable_problems_with_worked_answers():
         gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=0)
 
 
+def _operands(env) -> set[tuple[int, int]]:
+    return {tuple(int(x) for x in t.data["question"].removeprefix("What is ").removesuffix("?").split(" + "))
+            for t in env.unwrapped.parts.tasks}
+
+
+def test_arithmetic_train_and_test_pairs_never_share_a_problem():
+    """A held-out evaluation: problems drawn from the "test" pairs (any generator seed) are never training problems
+    (any seed), and the two parts cover every pair once."""
+    train = _operands(gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=99, operand_pairs="train",
+                               num_generated=20_000, generator_seed=0))
+    test = _operands(gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=99, operand_pairs="test",
+                              num_generated=5_000, generator_seed=1))
+    assert not train & test
+    assert len(test) > 1_500 and len(train) > 7_000  # of 2,000 and 8,000 pairs: the draws reach nearly all of them
+    every = {(a, b) for a in range(100) for b in range(100)}
+    assert train <= every and test <= every
+    # the partition is fixed by max_operand alone: another seed draws from the same 2,000 test pairs
+    again = _operands(gym.make("LLMGSM8K-v0", source="arithmetic", max_operand=99, operand_pairs="test",
+                               num_generated=5_000, generator_seed=7))
+    assert not again & train
+    with pytest.raises(ValueError, match="operand_pairs must be 'all', 'train' or 'test'"):
+        gym.make("LLMGSM8K-v0", source="arithmetic", operand_pairs="eval")
+
+
 def test_unreachable_hub_error_lists_the_three_options():
     code = "import gymnasium as gym, gym_llm\ngym.make('LLMGSM8K-v0')"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

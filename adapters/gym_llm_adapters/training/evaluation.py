@@ -73,6 +73,19 @@ def summarize(trajectories: Sequence[Trajectory], *, pass_threshold: float, wall
         tokens_per_s=float(tokens.sum() / wall), episodes_per_s=len(trajectories) / wall, wall_s=float(wall_s))
 
 
+MAX_EVAL_BATCH = 256
+
+
+def default_num_envs(episodes: int, cap: int = MAX_EVAL_BATCH) -> int:
+    """Sub-envs for ``episodes`` evaluation episodes: the fewest batches of at most ``cap``, balanced.
+
+    >>> [default_num_envs(n) for n in (1, 64, 200, 256, 257, 300, 1000)]
+    [1, 64, 200, 256, 129, 150, 250]
+    """
+    batches = -(-episodes // cap)
+    return -(-episodes // batches)
+
+
 def _progress_bar(total: int, enabled: bool):
     if not enabled:
         return None
@@ -91,7 +104,9 @@ class Evaluator:
         sampling: per-turn sampling (greedy by default: ``temperature=0``).
         seed: the env seed: fixes which tasks are evaluated.
         max_seq_len / max_new_tokens: the env's token limits.
-        num_envs: sub-envs stepped as one batch (default ``min(episodes, 64)``).
+        num_envs: sub-envs stepped as one batch (default: the episodes in the fewest batches of at most 256,
+            balanced: 200 episodes run as one batch of 200, 300 as two of 150 — every sub-env runs a real task
+            and the engine batches as many requests as it can).
         task_ids: the tasks to evaluate, one episode each: ``episodes`` indices into the env's task source,
             ``"first"`` (default; the first ``episodes`` tasks) or ``"shuffle"`` (a sample seeded by ``seed``).
             Either way the list cycles when the source holds fewer tasks.
@@ -106,7 +121,7 @@ class Evaluator:
             raise ValueError(f"episodes must be >= 1, got {episodes}.")
         self.episodes = int(episodes)
         self.seed = int(seed)
-        self.num_envs = int(num_envs or min(self.episodes, 64))
+        self.num_envs = int(num_envs or default_num_envs(self.episodes))
         self.envs = gym.make_vec(env_id, num_envs=self.num_envs, group_size=1, vectorization_mode="vector_entry_point",
                                  mode="tokens", tokenizer=engine.tokenizer, max_seq_len=max_seq_len,
                                  max_action_tokens=max_new_tokens, **dict(env_kwargs))

@@ -46,3 +46,14 @@ def hf_engines(ray_cluster, tiny_model_path):
     group = EngineGroup(EngineSpec("hf", tiny_model_path))
     yield group
     group.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the cluster right after the last test that uses it (the Ray tests are one pytest-xdist group, so they
+    run back to back): its daemons and idle workers would otherwise take CPU from the rest of the suite until the
+    session ends. A later test asking for ``ray_cluster`` would get a new one."""
+    yield
+    if "ray_cluster" in item.fixturenames and (nextitem is None or "ray_cluster" not in nextitem.fixturenames):
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get("ray_cluster", ()):
+            fixturedef.finish(item._request)  # also finishes the fixtures built on it (hf_engines, ...)
