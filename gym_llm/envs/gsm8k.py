@@ -207,8 +207,9 @@ class LLMGSM8KEnv(LLMEnv, build=build_gsm8k):
       (``num_generated``, ``generator_seed``); ``"arithmetic"`` for generated ``a + b`` problems with
       operands up to ``max_operand`` (no dependency; the CPU training demo's task, see
       :func:`generate_arithmetic`; ``operand_pairs="train"``/``"test"`` draws them from a fixed 80/20
-      partition of the pairs, so an evaluation on ``"test"`` never sees a training problem); ``"hub"``/None loads ``dataset_name`` (default ``openai/gsm8k``,
-      config ``main``, ``split``) through ``datasets``.
+      partition of the pairs, so an evaluation on ``"test"`` never sees a training problem);
+      ``"hub"``/None loads ``dataset_name`` (default ``openai/gsm8k``, config ``main``, ``split``) through
+      ``datasets``.
     * ``tasks``: records (or a ``datasets.Dataset``) with ``question``/``answer`` instead of a file.
     * ``tools``: :mod:`gym_llm.tools` tools (``PythonTool``, ``MCPTool``); calls in a reply are run and
       answered with ``tool`` messages until a reply without calls is scored (raise ``max_turns``);
