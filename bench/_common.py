@@ -60,11 +60,14 @@ def bench_model(name: str, vocab_size: int, *, seed: int = 0, save: bool = False
 
 
 def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int = 0,
-                  dense: bool = False) -> dict[str, torch.Tensor]:
+                  dense: bool = False, group_size: int = 1) -> dict[str, torch.Tensor]:
     """Right-padded episodes: ``prompt_tokens`` of prompt, then a completion of 25-100% of the rest (all of
-    it when ``dense``: no padding at all)."""
+    it when ``dense``: no padding at all). With ``group_size`` G > 1, each run of G rows shares its prompt (GRPO
+    groups: G samples of one task)."""
     rng = np.random.default_rng(seed)
     input_ids = torch.from_numpy(rng.integers(3, vocab_size, (B, S)))
+    for start in range(0, B, group_size):
+        input_ids[start:start + group_size, :prompt_tokens] = input_ids[start, :prompt_tokens]
     attention_mask = torch.zeros(B, S, dtype=torch.long)
     policy_mask = torch.zeros(B, S, dtype=torch.bool)
     room = S - prompt_tokens

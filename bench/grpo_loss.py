@@ -1,7 +1,8 @@
 """GRPO loss forward + backward: gym-llm vs TRL 1.16's GRPOTrainer._compute_loss on the same batch and model.
 
 Run: ``OMP_NUM_THREADS=1 PYTHONPATH=.:adapters python bench/grpo_loss.py [--vocab 32000] [--batch 16] [--seq 512]``
-(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model).
+(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model;
+``--group-size 8``: GRPO-shaped batches, 8 rows per prompt, whose prompts token_logprobs runs once).
 
 Both sides start from token ids and end with parameter gradients, so the policy forward (the part that
 makes the backward real) is inside the timing:
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per episode (not scored)")
     parser.add_argument("--dense", action="store_true", help="every episode fills the sequence: no padding")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="rows per GRPO group (they share their prompt); > 1 turns on token_logprobs' share_prefix")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096, help="token_logprobs max_tokens_per_forward (0 = None)")
     args = parser.parse_args()
@@ -90,7 +93,7 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = build_trainer(model_dir, args.batch, args.seq - args.prompt, tokenizer)
     model = trainer.model.train()
-    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
+    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense, group_size=args.group_size)
     x = shared_inputs(model, batch, args.prompt)
     mask, P = batch["policy_mask"], args.prompt
     num_items = mask.sum().float()
@@ -111,7 +114,8 @@ def main() -> None:
     def our_step():
         model.zero_grad(set_to_none=True)
         logprobs = token_logprobs(model, batch["input_ids"], batch["attention_mask"], mask,
-                                  max_tokens_per_forward=args.max_tokens or None)
+                                  max_tokens_per_forward=args.max_tokens or None,
+                                  share_prefix=args.group_size > 1)
         out = loss_fn(logprobs, mask=mask, advantages=x["advantages"], old_logprobs=x["old"],
                       engine_logprobs=x["engine"], ref_logprobs=x["ref"], num_items=num_items)
         out.loss.backward()
@@ -120,7 +124,7 @@ def main() -> None:
     torch.testing.assert_close(our_step(), trl_step(), rtol=1e-4, atol=1e-6)
     print(f"# GRPO loss fwd+bwd ({args.model} model): B={args.batch} S={args.seq} V={args.vocab} prompt={P}; "
           f"{int(num_items)} policy tokens of {int(batch['attention_mask'].sum())} real tokens; TRL options "
-          f"{OPTIONS}; {args.repeats} interleaved runs; {describe_machine()}")
+          f"{OPTIONS}; groups of {args.group_size}; {args.repeats} interleaved runs; {describe_machine()}")
     times = interleaved_times_s({"trl": trl_step, "ours": our_step}, repeats=args.repeats)
     med = {name: statistics.median(t) for name, t in times.items()}
     print(f"TRL GRPOTrainer._compute_loss + backward: {summary(times['trl'])}   (same loss value: checked)")

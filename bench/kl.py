@@ -1,7 +1,8 @@
 """Reference-KL cost: gym-llm's ReferenceKL vs one raw reference forward, and vs TorchRL's KL transforms.
 
 Run: ``OMP_NUM_THREADS=1 PYTHONPATH=.:adapters python bench/kl.py [--vocab 32000] [--batch 16] [--seq 512]``
-(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model).
+(``--model smollm2``: SmolLM2-135M-Instruct's real shape and weights instead of the small random model;
+``--group-size 8``: GRPO-shaped batches, 8 rows per prompt, which ReferenceKL runs once per prompt).
 
 All three compute, for the same right-padded batch of episodes, the reference model's log-prob of every
 sampled (policy) token and the KL estimate against the engine's log-probs, under ``torch.inference_mode``:
@@ -83,6 +84,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096,
                         help="ReferenceKLConfig.max_tokens_per_forward (0 = None: one forward)")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="rows per GRPO group (they share their prompt); > 1 turns on ReferenceKL's share_prefix")
     parser.add_argument("--skip-torchrl", action="store_true")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
@@ -92,13 +95,14 @@ def main() -> None:
     ref_model, model_dir, vocab = bench_model(args.model, args.vocab, seed=1)
     policy_model, _, _ = bench_model(args.model, args.vocab, seed=0)
     args.vocab = vocab
-    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense)
+    batch = rollout_batch(args.batch, args.seq, args.prompt, args.vocab, dense=args.dense, group_size=args.group_size)
     with torch.inference_mode():
         engine = token_logprobs(policy_model, batch["input_ids"], batch["attention_mask"], batch["policy_mask"])
     del policy_model
     rewards = torch.zeros(args.batch)
     reference_kl = ReferenceKL(ref_model, ReferenceKLConfig(
-        estimator="k1", reward_coef=0.05, max_tokens_per_forward=args.max_tokens or None))
+        estimator="k1", reward_coef=0.05, max_tokens_per_forward=args.max_tokens or None,
+        share_prefix=args.group_size > 1))
 
     def ours():
         return reference_kl.compute(batch["input_ids"], batch["attention_mask"], batch["policy_mask"], engine,
@@ -121,7 +125,7 @@ def main() -> None:
         fns["torchrl"] = torchrl
     print(f"# reference KL ({args.model} model): B={args.batch} S={args.seq} V={args.vocab} prompt={args.prompt}; "
           f"{int(batch['policy_mask'].sum())} policy tokens of {int(batch['attention_mask'].sum())} real tokens; "
-          f"{args.repeats} interleaved runs; {describe_machine()}")
+          f"groups of {args.group_size}; {args.repeats} interleaved runs; {describe_machine()}")
     times = interleaved_times_s(fns, repeats=args.repeats)
     med = {name: statistics.median(t) for name, t in times.items()}
     print(f"raw reference forward (logits + gather): {summary(times['raw'])}")

@@ -112,6 +112,8 @@ class ReferenceKLConfig:
             the whole batch. Must be >= 1.
         chunk_bytes: memory budget of one float32 ``(rows, V)`` logits tile of the output projection. Larger
             tiles run marginally faster; the default (128 MiB) is far below one ``(B, S, V)`` logits tensor.
+        share_prefix: run each distinct prompt of the batch once and its completions on its KV cache (GRPO
+            groups; :func:`~gym_llm_adapters.logprobs.token_logprobs`): equal up to float rounding, less compute.
     """
 
     estimator: KLEstimator = "k3"
@@ -122,6 +124,7 @@ class ReferenceKLConfig:
     micro_batch_size: int | None = None
     max_tokens_per_forward: int | None = 4096
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    share_prefix: bool = False
 
     def __post_init__(self) -> None:
         if self.estimator not in _ESTIMATORS:
@@ -215,6 +218,7 @@ class ReferenceKL:
                 micro_batch_size=config.micro_batch_size,
                 max_tokens_per_forward=config.max_tokens_per_forward,
                 chunk_bytes=config.chunk_bytes,
+                share_prefix=config.share_prefix,
             )
         return ref.clone()  # a normal tensor (inference tensors cannot be modified in place later)
 

@@ -260,20 +260,123 @@ def _score_rows(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
         backbone, head = fast
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                           use_cache=False).last_hidden_state  # (b, L, H)
-        weight, bias = head.weight, head.bias
-        hidden = hidden[:, :-1][shifted].to(weight.dtype)  # (N, H)
-        rows_per_chunk = _rows_per_chunk(weight.shape[0], chunk_bytes)
-        if processing != (0, 1.0):  # the sort behind the kept set needs a values + an int64 index tile
-            rows_per_chunk = max(1, rows_per_chunk // 4)
-        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            flat = _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk,
-                                             *processing)
-        else:
-            flat = _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature,
-                                               rows_per_chunk, *processing)
+        flat = _head_logprobs(head, hidden[:, :-1][shifted], targets, inv_temperature, chunk_bytes, processing)
     out = torch.zeros(select.shape, dtype=torch.float32, device=input_ids.device)
     # masked_scatter keeps the result connected to the graph (and works when nothing is scored).
     return out.masked_scatter(select, flat.float())
+
+
+def _prefix_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   score_mask: torch.Tensor) -> list[list[tuple[int, int, int, int]]]:
+    """Rows that share their prefix: groups (of >= 2) of ``(row, start, first, end)`` whose tokens
+    ``[start, first)`` are identical, ``first`` being the row's first scored column and ``[start, end)`` its
+    real tokens (rows with padding inside them are left out)."""
+    real, scored = attention_mask.bool().cpu(), score_mask.bool().cpu()
+    ids = input_ids.cpu()
+    cols = torch.arange(real.shape[1])
+    starts = torch.where(real, cols, real.shape[1]).amin(1).tolist()
+    ends = torch.where(real, cols + 1, 0).amax(1).tolist()
+    firsts = torch.where(scored, cols, real.shape[1]).amin(1).tolist()
+    counts = real.sum(1).tolist()
+    by_prefix: dict[bytes, list[tuple[int, int, int, int]]] = {}
+    for r, (lo, first, hi) in enumerate(zip(starts, firsts, ends)):
+        if first >= hi or counts[r] != hi - lo:  # nothing scored, or padding inside the row
+            continue
+        by_prefix.setdefault(ids[r, lo:first].numpy().tobytes(), []).append((r, lo, first, hi))
+    return [group for group in by_prefix.values() if len(group) > 1]
+
+
+def _prefix_cache_ok(model: nn.Module) -> bool:
+    """Whether a prefix's KV cache may serve its continuations: a plain head and full attention everywhere."""
+    if _fast_head(model) is None:
+        return False
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layer_types = getattr(config, "layer_types", None) or ()
+    return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "use_sliding_window", False)
+
+
+def _shared_prefix_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            score_mask: torch.Tensor, groups: list[list[tuple[int, int, int, int]]],
+                            temperature: float, chunk_bytes: int, processing: tuple[int, float],
+                            micro_batch_size: int | None, max_tokens_per_forward: int | None) -> torch.Tensor:
+    """:func:`token_logprobs` with one backbone forward per shared prefix (``share_prefix=True``)."""
+    from transformers import DynamicCache
+
+    backbone, head = _fast_head(model)
+    B, S = input_ids.shape
+    device = input_ids.device
+    parts, order = [], []
+    shared = {r for group in groups for r, *_ in group}
+    rest = [r for r in range(B) if r not in shared]
+    if rest:  # rows that share nothing: the ordinary path
+        index = torch.tensor(rest, device=device)
+        parts.append(token_logprobs(model, input_ids[index], attention_mask[index], score_mask[index],
+                                    temperature=temperature, top_k=processing[0], top_p=processing[1],
+                                    micro_batch_size=micro_batch_size, max_tokens_per_forward=max_tokens_per_forward,
+                                    chunk_bytes=chunk_bytes))
+        order += rest
+    for group in groups:
+        _, lo, first, _ = group[0]
+        prefix = input_ids[group[0][0], lo:first][None]  # (1, P)
+        P = prefix.shape[1]
+        out = backbone(input_ids=prefix, position_ids=torch.arange(P, device=device)[None], use_cache=True)
+        last = out.last_hidden_state[:, -1:]  # (1, 1, H): scores each continuation's first token
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        group = sorted(group, key=lambda row: row[2] - row[3])  # longest continuation first
+        for chunk in _chunks(group, micro_batch_size, max_tokens_per_forward):
+            g, L = len(chunk), max(hi - first for _, _, first, hi in chunk)
+            ids = torch.zeros(g, L, dtype=input_ids.dtype, device=device)
+            real = torch.zeros(g, L, dtype=attention_mask.dtype, device=device)
+            select = torch.zeros(g, L, dtype=torch.bool, device=device)
+            for i, (r, _, first, hi) in enumerate(chunk):
+                ids[i, : hi - first] = input_ids[r, first:hi]
+                real[i, : hi - first] = 1
+                select[i, : hi - first] = score_mask[r, first:hi].bool()
+            cache = DynamicCache([(k.expand(g, -1, -1, -1), v.expand(g, -1, -1, -1)) for k, v in kv])
+            mask = torch.cat([torch.ones(g, P, dtype=real.dtype, device=device), real], 1)  # (g, P + L)
+            hidden = backbone(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True,
+                              position_ids=(P + torch.arange(L, device=device)).expand(g, L)).last_hidden_state
+            hidden = torch.cat([last.expand(g, 1, -1), hidden[:, :-1]], 1)  # (g, L, H): h_{t-1} for token t
+            flat = _head_logprobs(head, hidden[select], ids[select], 1.0 / temperature, chunk_bytes, processing)
+            rows = [r for r, *_ in chunk]
+            rows_mask = score_mask[torch.tensor(rows, device=device)].bool()  # (g, S): the same positions, in order
+            parts.append(torch.zeros(g, S, dtype=torch.float32, device=device).masked_scatter(rows_mask, flat.float()))
+            order += rows
+    out = torch.zeros(B, S, dtype=torch.float32, device=device)
+    return out.index_copy(0, torch.tensor(order, device=device), torch.cat(parts))
+
+
+def _chunks(group: list[tuple[int, int, int, int]], micro_batch_size: int | None,
+            max_tokens_per_forward: int | None) -> list[list[tuple[int, int, int, int]]]:
+    """Continuations (longest first) split as :func:`_plan_forwards` splits rows, and where a row is shorter
+    than half its chunk's longest (padding would then be most of the forward: e.g. a truncated sample among short
+    ones)."""
+    chunks: list[list[tuple[int, int, int, int]]] = []
+    for row in group:
+        if chunks:
+            chunk = chunks[-1]
+            width = chunk[0][3] - chunk[0][2]  # its longest continuation
+            full = (micro_batch_size is not None and len(chunk) >= micro_batch_size) or (
+                max_tokens_per_forward is not None and (len(chunk) + 1) * width > max_tokens_per_forward)
+            if not full and 2 * (row[3] - row[2]) >= width:
+                chunk.append(row)
+                continue
+        chunks.append([row])
+    return chunks
+
+
+def _head_logprobs(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, inv_temperature: float,
+                   chunk_bytes: int, processing: tuple[int, float]) -> torch.Tensor:
+    """``(N,)`` log-probs of ``targets`` under the head's processed distribution at ``hidden: (N, H)``."""
+    weight, bias = head.weight, head.bias
+    hidden = hidden.to(weight.dtype)
+    rows_per_chunk = _rows_per_chunk(weight.shape[0], chunk_bytes)
+    if processing != (0, 1.0):  # the sort behind the kept set needs a values + an int64 index tile
+        rows_per_chunk = max(1, rows_per_chunk // 4)
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _LinearTokenLogProb.apply(hidden, weight, bias, targets, inv_temperature, rows_per_chunk, *processing)
+    return _LinearTokenLogProb.forward(_NoCtx(), hidden, weight, bias, targets, inv_temperature, rows_per_chunk,
+                                       *processing)
 
 
 class _NoCtx:
@@ -295,6 +398,7 @@ def token_logprobs(
     micro_batch_size: int | None = None,
     max_tokens_per_forward: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """Per-token log-probs ``log p(token_t | tokens_<t)`` of a transformers causal LM at the scored positions.
 
@@ -315,6 +419,13 @@ def token_logprobs(
             the compute spent on padding (on CPU, 2048-4096 is a good value). Both limits bound activation
             memory. Results do not depend on them.
         chunk_bytes: memory budget of one float32 ``(rows, V)`` logits tile.
+        share_prefix: run each distinct prompt once. Rows whose tokens before their first scored position are
+            identical (a GRPO group: one prompt, G samples) share one backbone forward of that prefix; its
+            keys/values then serve the G continuations (transformers' KV cache, with autograd through it).
+            The same values and gradients up to float rounding, at ``P + sum(L_i)`` instead of
+            ``sum(P + L_i)`` tokens of backbone compute (prompt ``P``, continuations ``L_i``). Only for models
+            with a plain linear head and full attention in every layer; others, and rows that share nothing,
+            take the ordinary path.
 
     Returns:
         ``(B, S)`` float32, the log-prob at scored positions and 0.0 elsewhere. Differentiable with respect
@@ -333,6 +444,11 @@ def token_logprobs(
             raise ValueError(f"{name} must be >= 1 or None; got {limit}.")
     _check_inputs(input_ids, attention_mask, score_mask)
     B, S = input_ids.shape
+    if share_prefix:
+        groups = _prefix_groups(input_ids, attention_mask, score_mask) if _prefix_cache_ok(model) else []
+        if groups:
+            return _shared_prefix_logprobs(model, input_ids, attention_mask, score_mask, groups, float(temperature),
+                                           chunk_bytes, processing, micro_batch_size, max_tokens_per_forward)
     plan = _plan_forwards(attention_mask, micro_batch_size, max_tokens_per_forward)
     if len(plan) == 1 and plan[0] == (list(range(B)), 0, S):  # one forward over the whole batch
         return _score_rows(model, input_ids, attention_mask, score_mask, 1.0 / temperature, chunk_bytes, processing)

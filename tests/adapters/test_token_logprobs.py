@@ -146,3 +146,93 @@ def test_rejects_bad_masks(model) -> None:
         token_logprobs(model, ids, left, scored_first)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         token_logprobs(model, ids, attention, score, temperature=0.0)
+
+
+def grouped_batch(seed=3, S=30):
+    """Two GRPO groups (4 and 3 rows sharing a prompt; one member left-padded, one with an unscored tool turn)
+    and two rows that share nothing."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 500, (10, S), generator=g)
+    attention = torch.zeros(10, S, dtype=torch.long)
+    score = torch.zeros(10, S, dtype=torch.long)
+    prompt_a, prompt_b = torch.randint(3, 500, (8,), generator=g), torch.randint(3, 500, (5,), generator=g)
+    for row, n in enumerate([20, 25, 12, 30, 15, 9, 22, 18, 26]):
+        attention[row, :n] = 1
+        prompt = prompt_a if row < 4 else prompt_b if row < 7 else ids[row, :4]
+        ids[row, : len(prompt)] = prompt
+        score[row, len(prompt):n] = 1
+        ids[row, n:] = 0
+    score[0, 12:14] = 0  # a tool turn inside an episode: not scored
+    ids[9] = 0  # the last row: prompt_a, left-padded, a 6-token completion
+    ids[9, S - 14:S - 6] = prompt_a
+    ids[9, S - 6:] = torch.randint(3, 500, (6,), generator=g)
+    attention[9, S - 14:] = 1
+    score[9, S - 6:] = 1
+    return ids, attention, score
+
+
+def test_prefix_groups_find_rows_with_the_same_context() -> None:
+    from gym_llm_adapters.logprobs import _prefix_groups
+
+    groups = _prefix_groups(*grouped_batch())
+    assert sorted(sorted(r for r, *_ in group) for group in groups) == [[0, 1, 2, 3, 9], [4, 5, 6]]
+    row9 = next(row for group in groups for row in group if row[0] == 9)
+    assert row9 == (9, 16, 24, 30)  # (row, start, first scored column, end)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"temperature": 0.7, "top_p": 0.9}, {"max_tokens_per_forward": 40},
+                                    {"micro_batch_size": 2}], ids=["plain", "top-p", "bucketed", "micro"])
+def test_shared_prefix_gives_the_same_values_and_gradients(model, kwargs) -> None:
+    ids, attention, score = grouped_batch()
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        out = token_logprobs(model, ids, attention, score, share_prefix=share, **kwargs)
+        (out * weights).sum().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    model.zero_grad()
+    (plain, plain_grads), (shared, shared_grads) = results
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
+    assert ((shared != 0) == score.bool()).all()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, rtol=1e-4, atol=1e-4 * float(grad.abs().max()))
+
+
+def test_shared_prefix_runs_each_prompt_once(model) -> None:
+    ids, attention, score = grouped_batch()
+
+    def backbone_tokens(**kwargs):
+        seen = []
+        hook = model.base_model.register_forward_hook(
+            lambda m, args, kw, out: seen.append(kw["input_ids"].numel()), with_kwargs=True)
+        try:
+            with torch.no_grad():
+                token_logprobs(model, ids, attention, score, **kwargs)
+        finally:
+            hook.remove()
+        return seen
+
+    seen = backbone_tokens(share_prefix=True)
+    # Each prompt once (8 and 5 tokens); the completions longest first, a new forward where one is under half the
+    # forward's longest: group A's completions are 22, 17, 12 | 6, 4 tokens, group B's 17, 10 | 4; the two rows
+    # that share nothing (18 and 26 tokens) take one ordinary forward.
+    assert sorted(seen) == sorted([8, 3 * 22, 2 * 6, 5, 2 * 17, 1 * 4, 2 * 26])
+    assert backbone_tokens() == [ids.numel()]  # the ordinary path: one forward over the padded batch
+
+
+def test_shared_prefix_falls_back_for_sliding_window_models() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from gym_llm_adapters.logprobs import _prefix_cache_ok
+
+    config = Qwen2Config(vocab_size=500, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=4,
+                         max_window_layers=0)
+    torch.manual_seed(0)
+    sliding = Qwen2ForCausalLM(config).eval()
+    assert not _prefix_cache_ok(sliding)
+    ids, attention, score = grouped_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(token_logprobs(sliding, ids, attention, score, share_prefix=True),
+                                   token_logprobs(sliding, ids, attention, score), rtol=0, atol=0)

@@ -82,6 +82,10 @@ class TrainConfig:
             layer, rounded up), on top of ``micro_batch_size``. The default 4 GiB lets SmolLM2-135M (L=30, h=576,
             i=1536) take ~3,000 tokens per backward and leaves the tiny model's batches whole; None = no cap.
             Splitting changes only the summation order (the loss is normalised over the whole batch).
+        share_prefix: the policy's and the reference's forwards run each group's prompt once and its G
+            completions on its KV cache (:func:`~gym_llm_adapters.logprobs.token_logprobs`, ``share_prefix``):
+            the same values and gradients up to float rounding, ~2-3x less compute when prompts are long next to
+            completions (bench/kl.py, bench/grpo_loss.py ``--groups``). Micro-batches then hold whole groups.
 
     SFT:
         sft_data: ``"references"`` (the env tasks' worked solutions, e.g. GSM8K's ``answer`` field) or a
@@ -138,6 +142,7 @@ class TrainConfig:
     log_kl: bool = True
     micro_batch_size: int | None = None
     activation_memory_gb: float | None = 4.0
+    share_prefix: bool = True
     sft_data: str = "references"
     sft_batch_size: int = 32
     sft_examples: int | None = None

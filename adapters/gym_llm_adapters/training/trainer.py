@@ -209,7 +209,7 @@ class Trainer:
         self._push_if_stale()
         if cfg.beta > 0 or cfg.log_kl:  # scored under the same sampling distribution as the policy
             self.reference = ReferenceKL(self._reference_model(), ReferenceKLConfig(
-                temperature=cfg.temperature, top_p=cfg.top_p))
+                temperature=cfg.temperature, top_p=cfg.top_p, share_prefix=cfg.share_prefix))
         else:
             self.reference = None
         kwargs = {"task_assignment": "partition", **cfg.env_kwargs}
@@ -342,12 +342,16 @@ class Trainer:
 
     def _micro_batches(self, batch: Any):
         """``(part, len(part) / len(batch))`` slices of at most ``micro_batch_size`` rows and at most
-        :func:`backward_token_budget` tokens (rows x the batch's padded width); one slice when both allow it."""
+        :func:`backward_token_budget` tokens (rows x the batch's padded width); one slice when both allow it.
+        With ``share_prefix`` a slice holds whole groups where it can (a group's prompt then runs once)."""
         from gym_llm_adapters.losses import select_rows
 
-        size = self.config.micro_batch_size or len(batch)
+        cfg = self.config
+        size = cfg.micro_batch_size or len(batch)
         if self._token_budget is not None:
             size = min(size, max(1, self._token_budget // max(1, batch.input_ids.shape[1])))
+        if cfg.share_prefix and cfg.group_size <= size < len(batch):
+            size -= size % cfg.group_size
         for start in range(0, len(batch), size):
             rows = np.arange(start, min(start + size, len(batch)))
             yield (batch if len(rows) == len(batch) else select_rows(batch, rows)), len(rows) / len(batch)
@@ -362,7 +366,8 @@ class Trainer:
         processing = {"temperature": cfg.temperature, "top_p": cfg.top_p} if sampled else {}
         with autocast(self.device, cfg.dtype):
             return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
-                                  max_tokens_per_forward=8192, **processing)
+                                  max_tokens_per_forward=8192, share_prefix=cfg.share_prefix and sampled,
+                                  **processing)
 
     def _optimizer_step(self) -> float:
         import torch
