@@ -299,7 +299,11 @@ def _shared_prefix_logprobs(model: nn.Module, input_ids: torch.Tensor, attention
                             score_mask: torch.Tensor, groups: list[list[tuple[int, int, int, int]]],
                             temperature: float, chunk_bytes: int, processing: tuple[int, float],
                             micro_batch_size: int | None, max_tokens_per_forward: int | None) -> torch.Tensor:
-    """:func:`token_logprobs` with one backbone forward per shared prefix (``share_prefix=True``)."""
+    """:func:`token_logprobs` with one backbone forward per shared prefix (``share_prefix=True``).
+
+    The prompts go through the backbone together (left-padded to the longest), then the continuations together
+    (longest first, split like :func:`_plan_forwards`), each row attending to its own prompt's cached
+    keys/values; so a batch of G groups takes two forwards, not 2G."""
     from transformers import DynamicCache
 
     backbone, head = _fast_head(model)
@@ -315,42 +319,54 @@ def _shared_prefix_logprobs(model: nn.Module, input_ids: torch.Tensor, attention
                                     micro_batch_size=micro_batch_size, max_tokens_per_forward=max_tokens_per_forward,
                                     chunk_bytes=chunk_bytes))
         order += rest
-    for group in groups:
-        _, lo, first, _ = group[0]
-        prefix = input_ids[group[0][0], lo:first][None]  # (1, P)
-        P = prefix.shape[1]
-        out = backbone(input_ids=prefix, position_ids=torch.arange(P, device=device)[None], use_cache=True)
-        last = out.last_hidden_state[:, -1:]  # (1, 1, H): scores each continuation's first token
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        group = sorted(group, key=lambda row: row[2] - row[3])  # longest continuation first
-        for chunk in _chunks(group, micro_batch_size, max_tokens_per_forward):
+    groups = sorted(groups, key=lambda group: group[0][1] - group[0][2])  # longest prompt first
+    prompt_sets = _chunks([(g, 0, group[0][1], group[0][2]) for g, group in enumerate(groups)],
+                          micro_batch_size, max_tokens_per_forward, bucket=False)
+    for prompt_set in prompt_sets:
+        prompts = [g for g, *_ in prompt_set]
+        lengths = torch.tensor([groups[g][0][2] - groups[g][0][1] for g in prompts], device=device)  # (n,)
+        P = int(lengths.max())
+        ids = torch.zeros(len(prompts), P, dtype=input_ids.dtype, device=device)
+        real = torch.zeros(len(prompts), P, dtype=attention_mask.dtype, device=device)
+        for i, g in enumerate(prompts):  # left-padded: every prompt's last token in the last column
+            r, lo, first, _ = groups[g][0]
+            ids[i, P - (first - lo):] = input_ids[r, lo:first]
+            real[i, P - (first - lo):] = 1
+        out = backbone(input_ids=ids, attention_mask=real, position_ids=(real.long().cumsum(-1) - 1).clamp(min=0),
+                       use_cache=True)
+        last = out.last_hidden_state[:, -1]  # (n, H): scores each continuation's first token
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]  # (n, heads, P, d) each
+        rows = sorted(((r, i, first, hi) for i, g in enumerate(prompts) for r, _, first, hi in groups[g]),
+                      key=lambda row: row[2] - row[3])  # longest continuation first
+        for chunk in _chunks(rows, micro_batch_size, max_tokens_per_forward):
             g, L = len(chunk), max(hi - first for _, _, first, hi in chunk)
+            prompt = torch.tensor([i for _, i, _, _ in chunk], device=device)  # (g,) each row's prompt
             ids = torch.zeros(g, L, dtype=input_ids.dtype, device=device)
-            real = torch.zeros(g, L, dtype=attention_mask.dtype, device=device)
+            real_rows = torch.zeros(g, L, dtype=attention_mask.dtype, device=device)
             select = torch.zeros(g, L, dtype=torch.bool, device=device)
-            for i, (r, _, first, hi) in enumerate(chunk):
-                ids[i, : hi - first] = input_ids[r, first:hi]
-                real[i, : hi - first] = 1
-                select[i, : hi - first] = score_mask[r, first:hi].bool()
-            cache = DynamicCache([(k.expand(g, -1, -1, -1), v.expand(g, -1, -1, -1)) for k, v in kv])
-            mask = torch.cat([torch.ones(g, P, dtype=real.dtype, device=device), real], 1)  # (g, P + L)
-            hidden = backbone(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True,
-                              position_ids=(P + torch.arange(L, device=device)).expand(g, L)).last_hidden_state
-            hidden = torch.cat([last.expand(g, 1, -1), hidden[:, :-1]], 1)  # (g, L, H): h_{t-1} for token t
+            for j, (r, _, first, hi) in enumerate(chunk):
+                ids[j, : hi - first] = input_ids[r, first:hi]
+                real_rows[j, : hi - first] = 1
+                select[j, : hi - first] = score_mask[r, first:hi].bool()
+            cache = DynamicCache([(k.index_select(0, prompt), v.index_select(0, prompt)) for k, v in kv])
+            positions = lengths[prompt, None] + torch.arange(L, device=device)  # (g, L)
+            hidden = backbone(input_ids=ids, attention_mask=torch.cat([real[prompt], real_rows], 1),
+                              past_key_values=cache, position_ids=positions, use_cache=True).last_hidden_state
+            hidden = torch.cat([last[prompt, None], hidden[:, :-1]], 1)  # (g, L, H): h_{t-1} for token t
             flat = _head_logprobs(head, hidden[select], ids[select], 1.0 / temperature, chunk_bytes, processing)
-            rows = [r for r, *_ in chunk]
-            rows_mask = score_mask[torch.tensor(rows, device=device)].bool()  # (g, S): the same positions, in order
+            chunk_rows = [r for r, *_ in chunk]
+            rows_mask = score_mask[torch.tensor(chunk_rows, device=device)].bool()  # (g, S): same positions, in order
             parts.append(torch.zeros(g, S, dtype=torch.float32, device=device).masked_scatter(rows_mask, flat.float()))
-            order += rows
+            order += chunk_rows
     out = torch.zeros(B, S, dtype=torch.float32, device=device)
     return out.index_copy(0, torch.tensor(order, device=device), torch.cat(parts))
 
 
 def _chunks(group: list[tuple[int, int, int, int]], micro_batch_size: int | None,
-            max_tokens_per_forward: int | None) -> list[list[tuple[int, int, int, int]]]:
-    """Continuations (longest first) split as :func:`_plan_forwards` splits rows, and where a row is shorter
-    than half its chunk's longest (padding would then be most of the forward: e.g. a truncated sample among short
-    ones)."""
+            max_tokens_per_forward: int | None, bucket: bool = True) -> list[list[tuple[int, int, int, int]]]:
+    """``(..., start, end)`` spans, longest first, split as :func:`_plan_forwards` splits rows, and (``bucket``)
+    where a span is shorter than half its chunk's longest (padding would then be most of the forward: e.g. a
+    truncated sample among short ones)."""
     chunks: list[list[tuple[int, int, int, int]]] = []
     for row in group:
         if chunks:
@@ -358,7 +374,7 @@ def _chunks(group: list[tuple[int, int, int, int]], micro_batch_size: int | None
             width = chunk[0][3] - chunk[0][2]  # its longest continuation
             full = (micro_batch_size is not None and len(chunk) >= micro_batch_size) or (
                 max_tokens_per_forward is not None and (len(chunk) + 1) * width > max_tokens_per_forward)
-            if not full and 2 * (row[3] - row[2]) >= width:
+            if not full and (not bucket or 2 * (row[3] - row[2]) >= width):
                 chunk.append(row)
                 continue
         chunks.append([row])

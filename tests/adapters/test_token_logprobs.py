@@ -214,10 +214,10 @@ def test_shared_prefix_runs_each_prompt_once(model) -> None:
         return seen
 
     seen = backbone_tokens(share_prefix=True)
-    # Each prompt once (8 and 5 tokens); the completions longest first, a new forward where one is under half the
-    # forward's longest: group A's completions are 22, 17, 12 | 6, 4 tokens, group B's 17, 10 | 4; the two rows
-    # that share nothing (18 and 26 tokens) take one ordinary forward.
-    assert sorted(seen) == sorted([8, 3 * 22, 2 * 6, 5, 2 * 17, 1 * 4, 2 * 26])
+    # The two prompts once, in one forward (8 and 5 tokens, left-padded to 8); then all completions, longest first,
+    # a new forward where one is under half the forward's longest: 22, 17, 17, 12 | 10, 6 | 4, 4 tokens; the two
+    # rows that share nothing (18 and 26 tokens) take one ordinary forward.
+    assert sorted(seen) == sorted([2 * 8, 4 * 22, 2 * 10, 2 * 4, 2 * 26])
     assert backbone_tokens() == [ids.numel()]  # the ordinary path: one forward over the padded batch
 
 
