@@ -101,7 +101,8 @@ class TrainConfig:
         pass_threshold: an episode "passes" when its reward is >= this.
         save_every: checkpoint every this many steps (and at the end and on Ctrl-C). keep_checkpoints: how
             many recent checkpoints to keep (>= 1).
-        write_rollouts: append every step's trajectories to ``out_dir/rollouts.jsonl``.
+        write_rollouts: append every step's trajectories to ``out_dir/rollouts.jsonl``, and write each
+            evaluation's episodes to ``out_dir/eval/step-NNNNNN.jsonl`` (``gym-llm view`` reads both).
         tensorboard: also write TensorBoard event files to ``out_dir/tensorboard``.
         progress: show progress bars.
     """
