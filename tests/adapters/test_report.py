@@ -30,7 +30,8 @@ def run_dir(tmp_path_factory):
 
 def test_trainer_writes_each_evaluation(run_dir) -> None:
     evals = sorted((run_dir / "eval").glob("step-*.jsonl"))
-    assert [p.name for p in evals] == ["step-000000.jsonl", "step-000008.jsonl"]  # before step 1, after the last (3 SFT + 5 GRPO)
+    # before step 1, where the 3 SFT steps end, after the last GRPO step
+    assert [p.name for p in evals] == ["step-000000.jsonl", "step-000003.jsonl", "step-000008.jsonl"]
     assert all(len(read_rollouts(p)) == 12 for p in evals)
 
 

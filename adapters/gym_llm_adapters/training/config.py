@@ -95,8 +95,8 @@ class TrainConfig:
             group (rejection sampling); ignored for references.
 
     Evaluation, checkpoints, logging:
-        eval_every: evaluate every this many steps (and before the first and after the last); 0 = only
-            before and after. eval_episodes: episodes per evaluation, on distinct tasks where the source
+        eval_every: evaluate every this many steps (and before the first, after the SFT warm start's last and after
+            the last); 0 = only at those three points. eval_episodes: episodes per evaluation, on distinct tasks where the source
             has enough (``task_assignment="partition"``). eval_temperature: 0.0 = greedy.
         pass_threshold: an episode "passes" when its reward is >= this.
         save_every: checkpoint every this many steps (and at the end and on Ctrl-C). keep_checkpoints: how

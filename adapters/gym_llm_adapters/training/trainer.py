@@ -12,7 +12,8 @@ One step of SFT: a minibatch of supervised trajectories (the env's worked soluti
 assistant-only NLL (:class:`~gym_llm_adapters.losses.SFTLoss`). ``algorithm="grpo"`` with
 ``sft_warmup_steps > 0`` runs SFT first, then GRPO, in one run with one step counter.
 
-Evaluation every ``eval_every`` steps (and before the first and after the last), checkpoints every
+Evaluation every ``eval_every`` steps (and before the first, at the end of the SFT warm start, and after the
+last: so a run shows what the warm start did and what RL added on top), checkpoints every
 ``save_every`` steps, ``metrics.jsonl`` + ``curves.png`` (+ TensorBoard) as it goes. Ctrl-C finishes the
 current step, saves a checkpoint and returns; a second Ctrl-C aborts at once (the last checkpoint stays).
 ``Trainer(config, resume=True)`` continues from the newest checkpoint: weights, optimizer, scheduler, RNG,
@@ -455,7 +456,8 @@ class Trainer:
                     bar.update(1)
                     bar.set_postfix(_postfix(metrics))
                 done = self.state.step >= cfg.total_steps
-                if done or (cfg.eval_every and self.state.step % cfg.eval_every == 0):
+                warm_started = cfg.algorithm == "grpo" and self.state.step == cfg.sft_warmup_steps
+                if done or warm_started or (cfg.eval_every and self.state.step % cfg.eval_every == 0):
                     self.evaluate()
                 if done or self._stop or self.state.step % cfg.save_every == 0:
                     last_checkpoint = self.save()
