@@ -102,7 +102,7 @@ def _pyplot():
 
 def plot_training_curves(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, *, title: str = "",
                          phase_boundary: int | None = None) -> Path:
-    """Reward (train and eval), KL and loss curves of a run as one PNG with three panels.
+    """Reward (train and eval), KL, loss and rollout throughput curves of a run as one PNG with four panels.
 
     Args:
         rows: metric rows (``MetricsLogger.rows``).
@@ -111,7 +111,7 @@ def plot_training_curves(rows: Sequence[Mapping[str, Any]], path: str | os.PathL
         phase_boundary: the step where SFT warm-up ended and RL began (drawn as a dashed line).
     """
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
 
     def draw(ax, key: str, label: str, **style: Any) -> None:
         points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
@@ -127,6 +127,8 @@ def plot_training_curves(rows: Sequence[Mapping[str, Any]], path: str | os.PathL
     draw(axes[2], "sft/loss", "SFT loss (NLL per token)")
     draw(axes[2], "train/loss", "GRPO loss")
     axes[2].set_title("loss")
+    draw(axes[3], "collector/tokens_per_s", "rollout tokens/s (generated, over the run so far)")
+    axes[3].set_title("throughput")
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
