@@ -272,6 +272,7 @@ table {{ border-collapse: collapse; width: 100%; margin-top: .5em; }}
 th, td {{ border-bottom: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }}
 tr.ep {{ cursor: pointer; }} tr.ep:hover {{ background: #f4f7fb; }}
 td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+td.answer {{ max-width: 60ch; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }}
 pre, .toks {{ white-space: pre-wrap; font: 12px ui-monospace, monospace; margin: 0; }}
 .k0 {{ color: #666; }} .k1 {{ background: #d9f2d9; }} .k2 {{ background: #dde8fb; }}
 .good {{ color: #16794a; }} .bad {{ color: #b3261e; }}
@@ -321,7 +322,8 @@ function renderEpisodes() {{
     const end = ep.truncated ? "truncated" : (ep.finish || "done");
     for (const [v, num] of [[ep.i, 1], [ep.version, 1], [ep.task, 1], [ep.reward, 1], [ep.turns, 1], [ep.tokens, 1],
                              [ep.policy, 1], [end, 0], [ep.answer.slice(0, 120), 0]]) {{
-      tr.appendChild(el("td", {{className: num ? "num" : ""}}, String(v))); }}
+      tr.appendChild(el("td", {{className: num ? "num" : "", title: num ? "" : String(v)}}, String(v))); }}
+    tr.lastChild.className = "answer";
     const detail = el("tr", {{className: "detail", hidden: true}});
     const td = el("td", {{colSpan: 9}}); detail.appendChild(td);
     tr.addEventListener("click", () => {{ if (!td.firstChild) td.appendChild(episodeDetail(ep));
