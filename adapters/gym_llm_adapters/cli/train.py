@@ -122,6 +122,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--keep-checkpoints", type=int, default=2, help="recent checkpoints kept (default: 2)")
     ev.add_argument("--no-rollouts", action="store_true", help="do not write OUT/rollouts.jsonl")
     ev.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard")
+    ev.add_argument("--report-to", nargs="+", default=[], metavar="NAME", choices=["tensorboard", "trackio", "wandb"],
+                    help="also send the metrics to these (TRL's names): tensorboard, trackio, wandb "
+                         "(wandb without network: WANDB_MODE=offline)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -164,7 +167,8 @@ def config_from_args(args: argparse.Namespace):
         sft_examples=args.sft_examples, sft_min_reward=args.sft_min_reward, sft_top_k=args.sft_top_k,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_temperature=args.eval_temperature,
         pass_threshold=args.pass_threshold, save_every=args.save_every, keep_checkpoints=args.keep_checkpoints,
-        write_rollouts=not args.no_rollouts, tensorboard=args.tensorboard, progress=not args.no_progress)
+        write_rollouts=not args.no_rollouts, tensorboard=args.tensorboard, report_to=tuple(args.report_to),
+        progress=not args.no_progress)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     args.max_seq_len = fit_seq_len(args.max_seq_len, longest, default=2048, max_new_tokens=args.max_new_tokens)
     try:
         config = config_from_args(args)
-    except ValueError as e:  # a cross-field check of TrainConfig (e.g. group_size 1 with GRPO)
+    except (ValueError, ImportError) as e:  # a cross-field check of TrainConfig, or a --report-to not installed
         raise UsageError(str(e)) from e
     for kwargs in (config.env_kwargs, {**config.env_kwargs, **config.eval_env_kwargs}):  # training and eval envs
         probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=config.max_seq_len,

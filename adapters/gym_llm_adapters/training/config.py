@@ -104,6 +104,8 @@ class TrainConfig:
         write_rollouts: append every step's trajectories to ``out_dir/rollouts.jsonl``, and write each
             evaluation's episodes to ``out_dir/eval/step-NNNNNN.jsonl`` (``gym-llm view`` reads both).
         tensorboard: also write TensorBoard event files to ``out_dir/tensorboard``.
+        report_to: more places for the metrics, TRL's names: any of ``"tensorboard"``, ``"trackio"``, ``"wandb"``
+            (:mod:`~gym_llm_adapters.training.reporters`; a package not installed fails here, saying the fix).
         progress: show progress bars.
     """
 
@@ -157,6 +159,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     write_rollouts: bool = True
     tensorboard: bool = False
+    report_to: tuple[str, ...] = ()
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -199,6 +202,10 @@ class TrainConfig:
             raise ValueError(f"activation_memory_gb must be > 0 or None (no cap), got {self.activation_memory_gb!r}.")
         if self.sft_top_k is not None and self.sft_top_k < 1:
             raise ValueError(f"sft_top_k must be >= 1 or None, got {self.sft_top_k!r}.")
+        from gym_llm_adapters.training.reporters import check_reporters
+
+        object.__setattr__(self, "report_to", tuple(self.report_to))
+        check_reporters(self.report_to)  # before any model loads: unknown name (ValueError), missing package (ImportError)
         reserved = {"mode", "tokenizer", "max_seq_len", "max_action_tokens", "num_envs", "group_size"}
         clash = reserved & (set(self.env_kwargs) | set(self.eval_env_kwargs))
         if clash:

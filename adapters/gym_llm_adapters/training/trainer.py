@@ -135,7 +135,11 @@ class Trainer:
         from gym_llm_adapters.weights import WeightSync
 
         self.sync = WeightSync(self.policy, self.engine)
-        self.metrics = MetricsLogger(self.out_dir, tensorboard=config.tensorboard, callbacks=callbacks,
+        from gym_llm_adapters.training.reporters import make_reporters
+
+        self._reporters = make_reporters(config.report_to, self.out_dir, config.to_json(), resume=existing is not None)
+        self.metrics = MetricsLogger(self.out_dir, tensorboard=config.tensorboard or "tensorboard" in config.report_to,
+                                     callbacks=[*callbacks, *self._reporters],
                                      resume_step=self.state.step if existing is not None else None)
         self.rollouts_path = self.out_dir / "rollouts.jsonl"
         self._writer = None
@@ -503,6 +507,8 @@ class Trainer:
         if self._writer is not None:
             self._writer.close()
         self.metrics.close()
+        for reporter in getattr(self, "_reporters", ()):
+            reporter.close()
         self.engine.close()
 
     def __enter__(self) -> "Trainer":
