@@ -66,8 +66,8 @@ def rollout_batch(B: int, S: int, prompt_tokens: int, vocab_size: int, seed: int
     groups: G samples of one task)."""
     rng = np.random.default_rng(seed)
     input_ids = torch.from_numpy(rng.integers(3, vocab_size, (B, S)))
-    for start in range(0, B, group_size):
-        input_ids[start:start + group_size, :prompt_tokens] = input_ids[start, :prompt_tokens]
+    for start in range(0, B, group_size) if group_size > 1 else ():
+        input_ids[start + 1:start + group_size, :prompt_tokens] = input_ids[start, :prompt_tokens]
     attention_mask = torch.zeros(B, S, dtype=torch.long)
     policy_mask = torch.zeros(B, S, dtype=torch.bool)
     room = S - prompt_tokens
