@@ -117,10 +117,15 @@ def _prompt(data: dict[str, Any]) -> str:
 def _before_after(paths: list[Path]) -> dict[str, Any]:
     first, last = paths[0], paths[-1]
     step_of = lambda p: int(p.stem.split("-")[1])  # noqa: E731
-    before = {_prompt(d): d for d in _records(first)}
+    # An evaluation runs the same task list every time: pair by position (a task drawn twice stays two rows); a
+    # position whose prompt differs (the eval set changed between runs) falls back to the prompt's first match.
+    earlier = list(_records(first))
+    by_prompt = {}
+    for d in earlier:
+        by_prompt.setdefault(_prompt(d), d)
     pairs = []
-    for d in _records(last):
-        b = before.get(_prompt(d))
+    for index, d in enumerate(_records(last)):
+        b = earlier[index] if index < len(earlier) and _prompt(earlier[index]) == _prompt(d) else by_prompt.get(_prompt(d))
         if b is None:
             continue
         pairs.append({"prompt": _prompt(d), "before": _answer(b), "before_reward": float(sum(b["rewards"])),

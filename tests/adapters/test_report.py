@@ -48,13 +48,14 @@ def test_cli_writes_a_report_and_says_what_is_wrong(run_dir, tmp_path, capsys) -
 
 
 def test_report_loads_offline_and_filters_by_reward(run_dir, tmp_path) -> None:
-    playwright = pytest.importorskip("playwright.sync_api")
+    from playwright.sync_api import sync_playwright  # the [browser] extra, in [dev]: a missing one fails here
+
     from gym_llm.tools.browser.config import find_chromium
 
     page_path = write_report(run_dir, tmp_path / "report.html")
     episodes = read_rollouts(run_dir / "rollouts.jsonl")
     requests = []
-    with playwright.sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=find_chromium(None), args=["--no-sandbox"] if os.geteuid() == 0 else [])
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})

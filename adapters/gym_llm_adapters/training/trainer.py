@@ -24,6 +24,7 @@ checkpoint (episodes in flight at the interruption are not continued).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -397,16 +398,15 @@ class Trainer:
     def evaluate(self) -> EvalSummary:
         """Evaluate the current policy (pushes pending weights to the engine first) and log ``eval/*``."""
         self._push_if_stale()
-        writer = None
+        writer = contextlib.nullcontext()
         if self.config.write_rollouts:  # the held-out episodes of this evaluation (`gym-llm view` shows them)
             from gym_llm_adapters.rollout_io import RolloutWriter
 
             path = self.out_dir / "eval" / f"step-{self.state.step:06d}.jsonl"
             path.unlink(missing_ok=True)  # a resumed run's evaluation at the same step replaces the earlier one
             writer = RolloutWriter(path)
-        _, summary = self.evaluator.run(pass_threshold=self.config.pass_threshold, writer=writer)
-        if writer is not None:
-            writer.close()
+        with writer as open_writer:  # closed (and fsynced) even when the evaluation raises
+            _, summary = self.evaluator.run(pass_threshold=self.config.pass_threshold, writer=open_writer)
         self.metrics.log(self.state.step, summary.metrics())
         self._evals.append((self.state.step, summary))
         if time.monotonic() - self._plotted_at >= PLOT_INTERVAL_S:
