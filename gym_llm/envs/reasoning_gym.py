@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any, Mapping
 
 from gym_llm.core.env import LLMEnv
@@ -20,7 +21,7 @@ from gym_llm.rewards.answers import final_answer
 from gym_llm.rewards.deadline import DeadlineExceeded, isolate_hook
 
 __all__ = ["DEFAULT_REASONING_GYM_SYSTEM_PROMPT", "LLMReasoningGymEnv", "build_reasoning_gym", "dataset_names",
-           "load_reasoning_gym_tasks", "score_entry"]
+           "load_reasoning_gym_tasks", "score_entry", "worked_solution"]
 
 DEFAULT_REASONING_GYM_SYSTEM_PROMPT = (
     "Think the problem through step by step. Then give only the final answer, in exactly the form the question "
@@ -94,9 +95,65 @@ def load_reasoning_gym_tasks(dataset: str = "basic_arithmetic", *, config: Mappi
     tasks = []
     for index, entry in enumerate(data):
         answer = entry.get("answer")  # None: the dataset checks an answer's validity instead (many are right)
+        record: dict[str, Any] = {"dataset": dataset, "entry": entry}
+        solution = worked_solution(dataset, entry)
+        if solution is not None:
+            record["solution"] = solution  # what an SFT warm start trains on (gym_llm_adapters.training.sft_data)
         tasks.append(Task(index, (Message("user", str(entry["question"])),), None if answer is None else str(answer),
-                          {"dataset": dataset, "entry": entry}))
+                          record))
     return tasks
+
+
+_CHAIN = re.compile(r"^\s*(-?\d+)((?:\s*[-+]\s*-?\d+)+)\s*$")
+_TERM = re.compile(r"([-+])\s*(-?\d+)")
+
+
+def worked_solution(dataset: str, entry: Mapping[str, Any]) -> str | None:
+    r"""A reply the env scores correct, for a supervised warm start: ``<answer>ANSWER</answer>`` for any dataset
+    whose entry has an answer, preceded for ``chain_sum`` by its left-to-right partial sums
+    (``15 - 43 = -28, -28 - 75 = -103``: each line one operation, the way a small model can learn to carry it out),
+    and for ``leg_counting`` by each animal's legs times its count (from reasoning-gym's own table), then the sum.
+    ``None`` where the dataset has no single answer.
+
+    >>> worked_solution("chain_sum", {"answer": "-103", "metadata": {"expression": "15 - 43 - 75"}})
+    '15 - 43 = -28\n-28 - 75 = -103\n<answer>-103</answer>'
+    >>> worked_solution("leg_counting", {"answer": "36", "metadata": {"animals": {"spider": 3, "snake": 2, "dog": 3}}})
+    'spider: 3 x 8 = 24\nsnake: 2 x 0 = 0\ndog: 3 x 4 = 12\n24 + 0 + 12 = 36\n<answer>36</answer>'
+    >>> worked_solution("gcd", {"answer": "3"})
+    '<answer>3</answer>'
+    """
+    answer = entry.get("answer")
+    if answer is None:
+        return None
+    final = f"<answer>{answer}</answer>"
+    if dataset == "leg_counting":
+        return _legs_solution(entry, final)
+    expression = (entry.get("metadata") or {}).get("expression") if dataset == "chain_sum" else None
+    match = _CHAIN.match(expression) if isinstance(expression, str) else None
+    if match is None:
+        return final
+    total, lines = int(match.group(1)), []
+    for sign, value in _TERM.findall(match.group(2)):
+        new = total + int(value) if sign == "+" else total - int(value)
+        lines.append(f"{total} {sign} {value} = {new}")
+        total = new
+    if str(total) != str(answer).strip():  # not the dataset's reading of its expression: answer only
+        return final
+    return "\n".join(lines + [final])
+
+
+def _legs_solution(entry: Mapping[str, Any], final: str) -> str:
+    from reasoning_gym.arithmetic.leg_counting import ANIMALS  # the dataset's table of legs per animal
+
+    animals = (entry.get("metadata") or {}).get("animals")
+    if not isinstance(animals, Mapping) or not all(name in ANIMALS for name in animals):
+        return final
+    products = [(name, int(count), ANIMALS[name] * int(count)) for name, count in animals.items()]
+    if str(sum(p for _, _, p in products)) != str(entry.get("answer")).strip():
+        return final
+    lines = [f"{name}: {count} x {ANIMALS[name]} = {product}" for name, count, product in products]
+    total = " + ".join(str(product) for _, _, product in products) + f" = {sum(p for _, _, p in products)}"
+    return "\n".join(lines + [total, final])
 
 
 @functools.lru_cache(maxsize=8)

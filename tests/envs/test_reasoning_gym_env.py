@@ -71,3 +71,33 @@ def test_bad_names_and_settings_say_what_to_do():
     _, reward, _, _, info = env.step("I believe it is 7")  # no tag, no Answer: line
     assert reward == 0.0 and not info["formatted"] and "no <answer>" in info["answer_problem"]
     env.close()
+
+
+@pytest.mark.parametrize(("dataset", "config", "steps"), [
+    ("chain_sum", {"min_terms": 2, "max_terms": 6, "min_digits": 1, "max_digits": 4}, True),
+    ("chain_sum", {"min_terms": 3, "max_terms": 3, "min_digits": 2, "max_digits": 2, "allow_negation": True}, True),
+    ("leg_counting", {"min_animals": 1, "max_animals": 5, "max_instances": 15}, True),
+    ("gcd", {}, False),
+])
+def test_worked_solutions_are_scored_correct_and_show_their_steps(dataset, config, steps):
+    """What an SFT warm start trains on (the `solution` of each task) is a reply the env pays 1 for; chain_sum's and
+    leg_counting's carry one operation per line, re-computed here from the question itself."""
+    import re
+
+    env = gym.make("LLMReasoningGym-v0", dataset=dataset, config=config, size=40, seed=3)
+    try:
+        tasks = env.unwrapped.parts.tasks
+        for index, task in enumerate(tasks):
+            solution = task.data["solution"]
+            env.reset(options={"task_id": index})
+            _, reward, *_ = env.step(solution)
+            assert reward == 1.0, (task.messages[-1].content, solution)
+            lines = solution.splitlines()
+            assert lines[-1] == f"<answer>{task.answer}</answer>"
+            assert (len(lines) > 1) == steps
+            for line in lines[:-1]:  # each step's arithmetic holds
+                left, right = line.rsplit("=", 1)
+                left = left.split(":")[-1].replace("x", "*")
+                assert re.fullmatch(r"[-+*\d\s]+", left) and eval(left) == int(right), line  # digits and + - * only
+    finally:
+        env.close()

@@ -7,6 +7,7 @@ packages first on the path.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = ("trl_grpo_gsm8k.py", "trl_sft_from_rollouts.py")
+EXAMPLES = ("trl_grpo_gsm8k.py", "trl_sft_from_rollouts.py", "trl_grpo_arithmetic.py")
 DISTRIBUTED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -44,3 +45,9 @@ def test_documented_cpu_command_runs(tmp_path, command):
     assert re.search(r"^done: 2 steps, losses finite: True$", result.stdout, re.MULTILINE), result.stdout
     if "--python-tool" in command:  # the episodes were written for the SFT example
         assert (tmp_path / "runs" / "trl_grpo_gsm8k" / "rollouts.jsonl").stat().st_size > 0
+    if command[1].endswith("trl_grpo_arithmetic.py"):  # held-out before / after the warm start / after GRPO
+        summary = json.loads((tmp_path / "runs" / "trl_grpo_arithmetic" / "heldout.json").read_text())
+        assert summary["episodes"] == 20 and {"before", "after_sft", "after", "gain", "grpo_gain"} <= set(summary)
+        assert [len(summary["rewards"][k]) for k in ("before", "after_sft", "after")] == [20, 20, 20]  # per problem
+        assert re.search(r"^held-out pass rate: .* before -> .* after SFT -> .* after GRPO; paired gain", result.stdout,
+                         re.MULTILINE), result.stdout
