@@ -93,7 +93,7 @@ def main() -> None:
             rate, td = run_torchrl(tokenizer, prompts, actions, text)
             theirs.append(rate)
         full = obs["input_ids"][0][obs["attention_mask"][0] == 1]
-        assert np.array_equal(full[-args.steps:], actions[:, 0]) and int(obs["hash"][0]) == chain_hash(full)
+        assert np.array_equal(full[-args.steps:], actions[:, 0]) and int(obs["hash"][0, 0]) == chain_hash(full)
         if text:  # incremental text == decoding the whole sequence, but a pending U+FFFD tail
             reference = tokenizer.decode(full.tolist(), skip_special_tokens=False)
             pending = reference[len(obs["text"][0]):]

@@ -115,7 +115,8 @@ class LLMHashingEnv(LLMEnv):
     ``Discrete(V)``: the next token id.
 
     ## Observation Space
-    ``Dict(input_ids=MultiDiscrete([V] * L), attention_mask=MultiBinary(L), hash=Box(0, 2**64 - 1, (), uint64))``,
+    ``Dict(input_ids=MultiDiscrete([V] * L), attention_mask=MultiBinary(L), hash=Box(0, 2**64 - 1, (1,), uint64))``
+    (the hash as a 1-element array, ``int(obs["hash"][0])``; ``(N, 1)`` in the vector env),
     right-padded (never infer padding from ids: the mask marks real tokens); with ``text_output=True``
     also ``text=UnicodeText(max_text_chars)``, decoded incrementally (a window of the newest tokens per
     step, see :mod:`gym_llm.envs.detok`).

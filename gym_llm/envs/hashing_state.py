@@ -131,7 +131,7 @@ class HashingCommon:
         self.max_new_tokens = config.max_new_tokens if config.max_new_tokens is not None else self.max_seq_len
         self.max_text_chars = config.max_text_chars if config.max_text_chars is not None else 64 * self.max_seq_len
         obs = dict(token_space(self.vocab_size, self.max_seq_len).spaces)
-        obs["hash"] = spaces.Box(0, np.iinfo(np.uint64).max, shape=(), dtype=np.uint64)
+        obs["hash"] = spaces.Box(0, np.iinfo(np.uint64).max, shape=(1,), dtype=np.uint64)  # 1-d: SB3 and TorchRL need it
         if config.text_output:
             obs["text"] = UnicodeText(self.max_text_chars)
         self.observation_space = spaces.Dict(obs)
@@ -217,7 +217,7 @@ class TokenChains:
 
     def row_observation(self, row: int) -> dict[str, Any]:
         obs = {"input_ids": self.ids[row].copy(), "attention_mask": self.mask[row].copy(),
-               "hash": np.array(self.hashes[row], dtype=np.uint64)}
+               "hash": self.hashes[row:row + 1].copy()}
         if self.decoder is not None:
             obs["text"] = self.decoder.texts[row][: self.common.max_text_chars]
         return obs
@@ -290,7 +290,7 @@ class TokenChains:
     def batch_observation(self, copy: bool = True) -> dict[str, Any]:
         obs = {"input_ids": self.ids.copy() if copy else self.ids,
                "attention_mask": self.mask.copy() if copy else self.mask,
-               "hash": self.hashes.copy() if copy else self.hashes}
+               "hash": self.hashes[:, None].copy() if copy else self.hashes[:, None]}
         if self.decoder is not None:
             limit = self.common.max_text_chars
             obs["text"] = tuple(t if len(t) <= limit else t[:limit] for t in self.decoder.texts)

@@ -69,7 +69,7 @@ def test_same_chain_same_hash_whatever_padding_or_prompt_split():
     for t in (2, 3, 4):
         obs_b = b.step(t)[0]
     assert obs_a["hash"] == obs_b["hash"] == chain_hash([1, 2, 3, 4])
-    assert obs_a["hash"].dtype == np.uint64 and obs_a["hash"].shape == ()
+    assert obs_a["hash"].dtype == np.uint64 and obs_a["hash"].shape == (1,)  # 1-d: what SB3 and TorchRL accept
 
 
 # ------------------------------------------------------------------------------ Gymnasium
@@ -128,7 +128,7 @@ def test_native_vector_equals_sync_vector_env(tiny_tok, mode, text):
         assert_same(without(out_a[4], "group_id"), out_b[4])
         ended += int((out_a[2] | out_a[3]).sum())
         hashes = [chain_hash(_chain(out_a[0], i)) for i in range(n)]
-        assert out_a[0]["hash"].tolist() == hashes
+        assert out_a[0]["hash"].shape == (n, 1) and out_a[0]["hash"][:, 0].tolist() == hashes
     assert ended > 10  # terminations, truncations and autoresets were exercised
 
 
@@ -149,7 +149,7 @@ def test_async_vector_env():
     envs = gym.make_vec("LLMHashing-v0", num_envs=2, vectorization_mode="async", **SMALL)
     obs, _ = envs.reset(seed=0)
     obs, reward, terminated, truncated, _ = envs.step(np.array([3, 4]))
-    assert obs["hash"].dtype == np.uint64 and obs["hash"].tolist() == [chain_hash(_chain(obs, i)) for i in range(2)]
+    assert obs["hash"].dtype == np.uint64 and obs["hash"][:, 0].tolist() == [chain_hash(_chain(obs, i)) for i in range(2)]
     envs.close()
 
 
@@ -308,8 +308,8 @@ def test_get_and_set_state_branches_from_any_node(tiny_tok):
     child_b = env.step(201)[0]  # now a grandchild of node: different chain, different hash
     env.set_state(node)
     sibling = env.step(201)[0]
-    assert len({int(child_a["hash"]), int(sibling["hash"]), int(child_b["hash"])}) == 3
-    assert state_a.hash == int(child_a["hash"]) and state_a.token_ids[-1] == 200
+    assert len({int(child_a["hash"][0]), int(sibling["hash"][0]), int(child_b["hash"][0])}) == 3
+    assert state_a.hash == int(child_a["hash"][0]) and state_a.token_ids[-1] == 200
     with pytest.raises(ValueError):
         state_a.token_ids[0] = 5  # states are read-only snapshots
 
@@ -322,7 +322,7 @@ def test_vector_set_state_and_terminal_states():
     envs.set_state(1, node)  # sub-env 1 continues from sub-env 0's node
     obs = envs.step(np.array([9, 9]))[0]
     assert_same(obs["input_ids"][0], obs["input_ids"][1])
-    assert obs["hash"][0] == obs["hash"][1] == chain_hash(_chain(obs, 0))
+    assert obs["hash"][0, 0] == obs["hash"][1, 0] == chain_hash(_chain(obs, 0))
     _, _, terminated, _, _ = envs.step(np.array([0, 4]))
     terminal = envs.get_state(0)
     assert terminated[0] and terminal.done
@@ -381,7 +381,7 @@ def test_random_actions_property(actions, seed):
         assert envs.observation_space.contains(obs)
         lengths = obs["attention_mask"].sum(1)
         assert (lengths <= 10).all() and (info["steps"] <= 5).all()
-        assert obs["hash"].tolist() == [chain_hash(_chain(obs, i)) for i in range(3)]
+        assert obs["hash"][:, 0].tolist() == [chain_hash(_chain(obs, i)) for i in range(3)]
         ended = terminated | truncated
         assert (reward[~ended] == 0).all() and not (terminated & truncated).any()
         assert (terminated == (np.array(step) == 0)).all()
