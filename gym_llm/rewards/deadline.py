@@ -22,6 +22,7 @@ Used by :mod:`gym_llm.rewards.gsm8k` for math-verify, by IFEval scoring, and by 
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 __all__ = [
@@ -190,6 +192,7 @@ class WorkerPool:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        _LIVE_POOLS.add(self)
 
     def call(self, target: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         """``target(*args, **kwargs)`` (``"module:function"``) in a worker; :class:`DeadlineExceeded` past
@@ -275,6 +278,17 @@ class WorkerPool:
         if self._pid == os.getpid():
             for worker in idle:
                 worker.kill()
+
+
+_LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    """Stop every pool's idle workers when the interpreter exits (they would also exit on their closed stdin, but
+    after this process: an orphan for a moment, and a ResourceWarning per worker)."""
+    for pool in list(_LIVE_POOLS):
+        pool.close()
 
 
 _DEFAULT_POOL: WorkerPool | None = None

@@ -180,3 +180,25 @@ def test_a_worker_that_dropped_a_hook_gets_it_again():
         for k, env in enumerate(envs):
             env.reset(seed=0)
             assert env.step("hi")[1] == float(k)
+
+
+def test_idle_workers_stop_with_the_process_that_started_them():
+    """A pool nobody closed: its idle workers are stopped at interpreter exit (no orphan, no ResourceWarning)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("from gym_llm.rewards.deadline import WorkerPool\n"
+            "pool = WorkerPool(max_idle=2)\n"
+            "pool.warm(2)\n"
+            "print(' '.join(str(w.process.pid) for w in pool._idle), flush=True)\n")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2 and "ResourceWarning" not in done.stderr, done.stderr[-2000:]
+    for pid in pids:  # reaped by the exiting parent: no such process (or, at most, a zombie of its reaper)
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "zombie" in status.read_text(), status.read_text()
