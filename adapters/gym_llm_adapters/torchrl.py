@@ -43,6 +43,7 @@ Needs ``torchrl`` and ``tensordict`` (``pip install 'gym-llm[torchrl]'``; tested
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -138,10 +139,14 @@ class GymLLMEnv(EnvBase):
             ``autoreset_mode=gym.vector.AutoresetMode.DISABLED``.
         num_envs: ``N``, the batch size (with an id).
         device: where tensors live (default CPU).
+        info_keys: numeric per-sub-env ``info`` entries to carry as tensors beside the observation, e.g.
+            ``("policy_mask", "task_id", "group_id")`` — ``(N, L)`` or ``(N, 1)``, zeros where a sub-env's info
+            lacks the key. Their specs come from one reset at construction.
         **kwargs: the env's own arguments (``mode="tokens"``, ``tokenizer=...``, ``group_size=...``).
     """
 
-    def __init__(self, env: str | gym.vector.VectorEnv, num_envs: int = 1, *, device: Any = "cpu", **kwargs: Any):
+    def __init__(self, env: str | gym.vector.VectorEnv, num_envs: int = 1, *, device: Any = "cpu",
+                 info_keys: tuple[str, ...] = (), **kwargs: Any):
         if isinstance(env, str):
             if not isinstance(num_envs, int) or num_envs < 1:
                 raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}.")
@@ -170,10 +175,32 @@ class GymLLMEnv(EnvBase):
         self.full_done_spec = Composite({k: Categorical(2, shape=(n, 1), dtype=torch.bool)
                                          for k in ("done", "terminated", "truncated")}, shape=(n,))
         self._next_seed: int | None = None
+        self._info_keys = tuple(info_keys)
+        if self._info_keys:  # their specs come from one probe reset (the next reset() starts over)
+            _, info = env.reset()
+            for key in self._info_keys:
+                value = np.asarray(info.get(key)) if key in info else None
+                if value is None or value.dtype.kind not in "biuf" or value.shape[:1] != (n,):
+                    numeric = sorted(k for k, v in info.items() if not k.startswith("_")
+                                     and np.asarray(v).dtype.kind in "biuf" and np.asarray(v).shape[:1] == (n,))
+                    raise ValueError(f"info_keys: {key!r} is not a numeric per-sub-env entry of this env's reset "
+                                     f"info; expected one of {numeric}.")
+                shape = (n, *value.shape[1:]) if value.ndim > 1 else (n, 1)
+                dtype = _TORCH_DTYPES.get(value.dtype) or (torch.int64 if value.dtype.kind in "iu" else torch.float32)
+                self.observation_spec[key] = Unbounded(shape=shape, dtype=dtype) if dtype != torch.bool else \
+                    Categorical(2, shape=shape, dtype=torch.bool)
 
-    def _observation(self, obs: Any) -> dict[str, Any]:
+    def _observation(self, obs: Any, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         value = _to_torch(obs, self._obs_space, self.batch_size[0])
-        return value if self._dict_obs else {"observation": value}
+        out = value if self._dict_obs else {"observation": value}
+        for key in self._info_keys:  # zeros where a sub-env's info lacks the key (Gymnasium's "_key" mask)
+            spec = self.observation_spec[key]
+            array = np.zeros(spec.shape, dtype=np.dtype(str(spec.dtype).replace("torch.", "")))
+            if info is not None and key in info:
+                present = np.asarray(info.get("_" + key, np.ones(spec.shape[0], dtype=bool)), dtype=bool)
+                array[present] = np.asarray(info[key])[present].reshape(array[present].shape)
+            out[key] = torch.from_numpy(array)
+        return out
 
     def _flags(self, **values: np.ndarray) -> dict[str, torch.Tensor]:
         return {k: torch.as_tensor(np.asarray(v, dtype=bool)).reshape(self.batch_size[0], 1) for k, v in values.items()}
@@ -185,18 +212,18 @@ class GymLLMEnv(EnvBase):
             mask = tensordict.get("_reset").reshape(n).cpu().numpy().astype(bool)
         options = {"reset_mask": mask} if mask is not None and not mask.all() else None
         seed, self._next_seed = self._next_seed, None
-        obs, _ = self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seed, options=options)
         zeros = np.zeros(n, dtype=bool)
-        return TensorDict({**self._observation(obs), **self._flags(done=zeros, terminated=zeros, truncated=zeros)},
+        return TensorDict({**self._observation(obs, info), **self._flags(done=zeros, terminated=zeros, truncated=zeros)},
                           batch_size=self.batch_size, device=self.device)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         n = self.batch_size[0]
         actions = _to_numpy(tensordict.get("action"), self._act_space, n)
-        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = torch.as_tensor(np.asarray(reward, dtype=np.float32)).reshape(n, 1)
         flags = self._flags(done=np.logical_or(terminated, truncated), terminated=terminated, truncated=truncated)
-        return TensorDict({**self._observation(obs), "reward": reward, **flags}, batch_size=self.batch_size,
+        return TensorDict({**self._observation(obs, info), "reward": reward, **flags}, batch_size=self.batch_size,
                           device=self.device)
 
     def _set_seed(self, seed: int | None) -> None:

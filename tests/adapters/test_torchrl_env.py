@@ -143,3 +143,23 @@ def test_a_single_env_under_torchrls_own_gym_wrapper(tiny_tok):
     assert rollout["input_ids"].shape[-1] == 128 and rollout["action", "input_ids"].shape[-1] == 16
     with pytest.raises(KeyError, match="uint64"):
         GymWrapper(gym.make("LLMHashing-v0", tokenizer=tiny_tok), categorical_action_encoding=True)
+
+
+def test_info_entries_ride_along_as_tensors(tiny_tok):
+    kwargs = {**ARITH, "mode": "tokens", "tokenizer": tiny_tok, "max_seq_len": 128, "max_action_tokens": 16}
+    env = GymLLMEnv("LLMGSM8K-v0", num_envs=2, group_size=2, info_keys=("policy_mask", "task_id", "group_id"),
+                    **kwargs)
+    ref = native("LLMGSM8K-v0", 2, group_size=2, **kwargs)
+    env.set_seed(0)
+    td = env.reset()
+    _, info = ref.reset(seed=0)
+    assert td["policy_mask"].shape == (2, 128) and td["policy_mask"].dtype == torch.int8
+    assert td["task_id"][:, 0].tolist() == info["task_id"].tolist() and td["group_id"][:, 0].tolist() == [0, 0]
+    action = env.rand_action(td)
+    out = env.step(action)
+    step_info = ref.step({k: action["action", k].numpy() for k in ("input_ids", "attention_mask")})[4]
+    assert np.array_equal(out["next", "policy_mask"].numpy(), step_info["policy_mask"])  # the sampled tokens' mask
+    assert out["next", "policy_mask"].sum() > 0
+    check_env_specs(env)
+    with pytest.raises(ValueError, match=r"'correct' is not a numeric per-sub-env entry .* expected one of"):
+        GymLLMEnv("LLMGSM8K-v0", num_envs=2, info_keys=("correct",), **kwargs)  # only in a step's info
