@@ -176,6 +176,7 @@ class GymLLMEnv(EnvBase):
                                          for k in ("done", "terminated", "truncated")}, shape=(n,))
         self._next_seed: int | None = None
         self._info_keys = tuple(info_keys)
+        self._info_dtypes: dict[str, np.dtype] = {}
         if self._info_keys:  # their specs come from one probe reset (the next reset() starts over)
             _, info = env.reset()
             for key in self._info_keys:
@@ -186,7 +187,10 @@ class GymLLMEnv(EnvBase):
                     raise ValueError(f"info_keys: {key!r} is not a numeric per-sub-env entry of this env's reset "
                                      f"info; expected one of {numeric}.")
                 shape = (n, *value.shape[1:]) if value.ndim > 1 else (n, 1)
-                dtype = _TORCH_DTYPES.get(value.dtype) or (torch.int64 if value.dtype.kind in "iu" else torch.float32)
+                if value.dtype not in _TORCH_DTYPES:  # other ints -> int64, other floats -> float32
+                    value = value.astype(np.int64 if value.dtype.kind in "iu" else np.float32)
+                self._info_dtypes[key] = value.dtype
+                dtype = _TORCH_DTYPES[value.dtype]
                 self.observation_spec[key] = Unbounded(shape=shape, dtype=dtype) if dtype != torch.bool else \
                     Categorical(2, shape=shape, dtype=torch.bool)
 
@@ -195,7 +199,7 @@ class GymLLMEnv(EnvBase):
         out = value if self._dict_obs else {"observation": value}
         for key in self._info_keys:  # zeros where a sub-env's info lacks the key (Gymnasium's "_key" mask)
             spec = self.observation_spec[key]
-            array = np.zeros(spec.shape, dtype=np.dtype(str(spec.dtype).replace("torch.", "")))
+            array = np.zeros(spec.shape, dtype=self._info_dtypes[key])
             if info is not None and key in info:
                 present = np.asarray(info.get("_" + key, np.ones(spec.shape[0], dtype=bool)), dtype=bool)
                 array[present] = np.asarray(info[key])[present].reshape(array[present].shape)

@@ -46,11 +46,11 @@ _pool: dict[tuple, list[gym.Env]] = {}
 _pool_lock = threading.Lock()
 
 
-def _key(env_id: str, kwargs: Mapping[str, Any]) -> tuple:
-    try:
-        return (env_id, repr(sorted(kwargs.items())))
-    except TypeError:  # unorderable values: one env per instance
-        return (env_id, id(kwargs))
+def _key(env_id: str, kwargs: Mapping[str, Any]) -> tuple | None:
+    """The pool key of a configuration; None (no pooling: the env is closed with its SkyRLEnv) when its arguments
+    have no stable text form (objects such as a tokenizer)."""
+    text = repr(sorted(kwargs.items()))
+    return None if " at 0x" in text else (env_id, text)
 
 
 def _plain(value: Any) -> Any:
@@ -106,7 +106,7 @@ class SkyRLEnv(BaseTextEnv):
                 raise TypeError(f"extras[{name!r}] must be an int, got {type(value).__name__} {value!r}.")
         self._pool_key = _key(env_id, kwargs)
         with _pool_lock:
-            idle = _pool.get(self._pool_key)
+            idle = _pool.get(self._pool_key) if self._pool_key is not None else None
             self.env = idle.pop() if idle else None
         if self.env is None:
             self.env = gym.make(env_id, **kwargs)
@@ -147,6 +147,9 @@ class SkyRLEnv(BaseTextEnv):
         if self._closed:
             return
         self._closed = True
+        if self._pool_key is None:
+            self.env.close()
+            return
         with _pool_lock:
             _pool.setdefault(self._pool_key, []).append(self.env)
 

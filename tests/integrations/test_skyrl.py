@@ -135,3 +135,19 @@ def test_the_integration_imports_no_torch():
             "('torch', 'transformers', 'vllm')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+
+def test_arguments_without_a_stable_text_form_are_not_pooled():
+    """A function (or a tokenizer) in env_kwargs has no stable text form: the env is closed with its SkyRLEnv instead
+    of pooled under a key no later configuration could match."""
+    from gym_llm.integrations import skyrl
+
+    config = {"env_id": "LLMChat-v0", "env_kwargs": {"reward_fn": lambda task, messages: 1.0}}
+    env = SkyRLEnv(config, extras={"task_id": 0})
+    assert env._pool_key is None
+    env.init(None)
+    assert env.step("Hello.")["reward"] in (0.0, 1.0)
+    env.close()
+    assert all(env.env not in idle for idle in skyrl._pool.values())
+    assert skyrl._key("LLMGSM8K-v0", ARITH) == skyrl._key("LLMGSM8K-v0", dict(ARITH))
