@@ -2,7 +2,8 @@
 
 Uses the official ``mcp`` 2.x client (imported only when a tool is attached, so ``import gym_llm``
 stays light). The client is async; each attached ``MCPTool`` runs one asyncio loop in a daemon
-thread that owns the connection (``mcp.Client`` over ``StdioServerParameters``), and env threads
+thread that owns the connection (``mcp.Client`` over the ``stdio_client`` transport: the form every mcp 2.x accepts;
+from 2.3 ``Client`` also takes ``StdioServerParameters`` and does the same), and env threads
 submit calls to it. On attach: start the server, initialize, list its tools (their JSON schemas go
 into the prompt through the chat template's ``tools``). On the last detach (``env.close()``): leave
 the client context, which shuts the server process down.
@@ -34,7 +35,7 @@ def _import_mcp():
     try:
         import mcp
     except ImportError as e:
-        raise ImportError("MCPTool needs the MCP client: pip install 'gym-llm[tools]' (mcp>=2).") from e
+        raise ImportError("MCPTool needs the MCP client: pip install 'gym-llm[tools]' (mcp>=2.0,<3).") from e
     return mcp
 
 
@@ -60,7 +61,9 @@ class _Connection:
     async def _run(self, mcp, params) -> None:
         self._stop = asyncio.Event()
         try:
-            async with mcp.Client(params) as client:
+            from mcp.client.stdio import stdio_client
+
+            async with mcp.Client(stdio_client(params)) as client:
                 self.client = client
                 tools, cursor = [], None
                 while True:
