@@ -130,8 +130,10 @@ class PythonTool(ConstructorPickle):
         return self.names[0]
 
     def schemas(self) -> list[dict[str, Any]]:
-        parameters = {"type": "object", "required": ["code"],
-                      "properties": {"code": {"type": "string", "description": "Python source to run."}}}
+        # key order as transformers' get_json_schema writes it (properties, then required), so a template renders the
+        # same text for this schema and for TRL's environment_factory method built from it
+        code = {"type": "string", "description": "Python source to run."}
+        parameters = {"type": "object", "properties": {"code": code}, "required": ["code"]}
         return [function_schema(self.name, self.description, parameters)]
 
     def attach(self) -> None:
