@@ -1,6 +1,6 @@
 """Long subprocesses that tests start as soon as they are collected, so they run beside the rest of the suite.
 
-The README's main job is a 250-step training run of about a minute and a half; run inline it would add that to the
+The README's smoke path is a 250-step training run of about a minute and a half; run inline it would add that to the
 suite's wall time, while most of the suite keeps one of the machine's cores busy. A test registers its command with
 :func:`register` at import; when the test is selected, ``tests/conftest.py`` starts the command right after
 collection, and the test collects the result with :func:`result` (starting it then if it was not started). Only the

@@ -36,9 +36,17 @@ def test_ci_runs_the_readme_set_up_and_test_commands():
 
 
 def main_job_argv() -> list[str]:
-    """The README's main job: the ``gym-llm`` arguments after the set-up."""
+    """The README's main job (SmolLM2 learning held-out sums): the ``gym-llm`` arguments after the set-up.
+    tests/examples/test_smollm2_learns.py runs its first part."""
     blocks = _bash_blocks((REPO / "README.md").read_text())
     return shlex.split(blocks[0].split("&& ", 1)[1])[1:]
+
+
+def smoke_path_argv() -> list[str]:
+    """The README's fast smoke path (a tiny model from scratch): the ``gym-llm`` arguments of its command."""
+    blocks = _bash_blocks((REPO / "README.md").read_text())
+    block = next(b for b in blocks if "arithmetic_tiny.toml" in b and "setup.sh" not in b)
+    return shlex.split(block)[1:]
 
 
 def test_main_job_command_and_config_parse():
@@ -49,39 +57,42 @@ def test_main_job_command_and_config_parse():
     os.chdir(REPO)  # the README's paths are relative to the checkout
     try:
         config = config_from_args(parse_args(main_job_argv()))
+        smoke = config_from_args(parse_args(smoke_path_argv()))
     finally:
         os.chdir(cwd)
-    assert config.algorithm == "grpo" and config.env_id == "LLMGSM8K-v0" and config.model == "tiny"
+    assert config.algorithm == "grpo" and config.env_id == "LLMGSM8K-v0" and config.model == "smollm2"
     assert config.env_kwargs["source"] == "arithmetic" and config.sft_warmup_steps > 0
+    assert config.env_kwargs["operand_pairs"] == "train" and config.eval_env_kwargs["operand_pairs"] == "test"
+    assert smoke.algorithm == "grpo" and smoke.model == "tiny" and smoke.env_kwargs["source"] == "arithmetic"
 
 
-# The floor the README states for the main job (its sentence is checked below): greedy eval reward on the 200
+# The floor the README states for the smoke path (its sentence is checked below): greedy eval reward on the 200
 # problems at the end of the run and at every evaluation after the SFT warm-up, and the per-token KL to the
 # reference averaged over the last 25 steps (a policy that drifted away from the warm start shows up there).
 FINAL_FLOOR, AFTER_SFT_FLOOR, KL_CEILING = 0.95, 0.9, 0.1
 
 
-def _main_job(out_dir: Path) -> tuple[list[str], dict[str, str], Path]:
-    """The README's main job exactly as documented, with only --out and --no-progress added."""
+def _smoke_path(out_dir: Path) -> tuple[list[str], dict[str, str], Path]:
+    """The README's smoke path exactly as documented, with only --out and --no-progress added."""
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "gym_llm_adapters.cli", *main_job_argv(), "--out", str(out_dir / "run"),
+    argv = [sys.executable, "-m", "gym_llm_adapters.cli", *smoke_path_argv(), "--out", str(out_dir / "run"),
             "--no-progress"]
     return argv, env, REPO
 
 
-background.register("test_main_job_reaches_the_floor_the_readme_states", _main_job)
+background.register("test_smoke_path_reaches_the_floor_the_readme_states", _smoke_path)
 
 
 @pytest.mark.slow
-def test_main_job_reaches_the_floor_the_readme_states():
+def test_smoke_path_reaches_the_floor_the_readme_states():
     """All 250 steps of the documented run (started at collection, beside the rest of the suite: see
     tests/background.py)."""
     readme = (REPO / "README.md").read_text()
     assert (f"at least {FINAL_FLOOR:.2f} at the end, at least {AFTER_SFT_FLOOR:.2f} at every evaluation after the "
             f"warm-up, and a per-token KL to the reference below {KL_CEILING:.1f} over the last 25 steps") in \
         " ".join(readme.split())
-    done = background.result("test_main_job_reaches_the_floor_the_readme_states", timeout_s=900)
+    done = background.result("test_smoke_path_reaches_the_floor_the_readme_states", timeout_s=900)
     assert done.returncode == 0, done.stderr[-3000:]
     run = done.out_dir / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

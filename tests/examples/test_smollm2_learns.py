@@ -1,10 +1,10 @@
-"""A shortened run of the README's SmolLM2 learning command shows a held-out gain larger than its noise.
+"""A shortened run of the README's main job (SmolLM2 learning held-out sums) shows a gain larger than its noise.
 
-The documented run (examples/configs/smollm2_arithmetic.toml: 2 SFT steps, then 20 GRPO steps, 200 held-out sums)
-takes about 20 minutes here; the suite runs its first part on every test run — the same config and command, with
+The main job (examples/configs/smollm2_quick.toml: 2 SFT steps, then 5 GRPO steps, 200 held-out sums) takes about
+8 minutes of one core here; the suite runs its first part on every test run — the README's command, with
 SFT batches of 16 instead of 32, one GRPO step of 2 x 8 episodes and 40 held-out problems evaluated at step 0 and at
 the end (~100 s of one core instead of ~150 s with batches of 32 and 60 problems) — in one worker, like any
-test (started beside the suite at collection, with the README's main job already there, it oversubscribed the two
+test (started beside the suite at collection, with the README's smoke path already there, it oversubscribed the two
 cores enough to push timing-sensitive sandbox and browser tests past their limits).
 
 The margin: the gain is measured paired, on the same 40 held-out problems before and after (d_i = after_i -
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_readme import main_job_argv
+
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = "examples/configs/smollm2_arithmetic.toml"
 EPISODES = 40
 
 
@@ -42,8 +43,8 @@ def test_shortened_smollm2_run_gains_on_held_out_problems(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")])}
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "gym_llm_adapters.cli", "train", "grpo", "--config", CONFIG, "--out", str(run),
-            "--steps", "1", "--num-tasks", "2", "--sft-batch-size", "16", "--eval-episodes", str(EPISODES), "--no-progress"]
+    argv = [sys.executable, "-m", "gym_llm_adapters.cli", *main_job_argv(), "--out", str(run), "--steps", "1",
+            "--num-tasks", "2", "--sft-batch-size", "16", "--eval-episodes", str(EPISODES), "--no-progress"]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     evals = sorted((run / "eval").glob("step-*.jsonl"))
