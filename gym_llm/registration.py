@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-__all__ = ["ENVS", "EnvInfo", "markdown_table", "register_envs"]
+__all__ = ["CLIENT_ENVS", "ENVS", "EnvInfo", "markdown_table", "register_envs"]
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,16 @@ def markdown_table(envs: tuple[EnvInfo, ...] = ENVS) -> str:
     return "\n".join(rows)
 
 
+CLIENT_ENVS: dict[str, str] = {
+    "OpenEnv-v0": "gym_llm.integrations.openenv_client:OpenEnvClientEnv",
+}
+"""Ids of envs that are clients of an env somewhere else (``gym.make("OpenEnv-v0", base_url=...)`` drives an OpenEnv
+server: docs/peers.md), id -> entry point. Not in :data:`ENVS`: they need a server, so ``gym-llm list``, the README
+table and the every-env tests leave them out."""
+
+
 def register_envs() -> None:
-    """Register every env id (idempotent)."""
+    """Register every env id, and the :data:`CLIENT_ENVS` (idempotent)."""
     for info in ENVS:
         if info.id in gym.registry:
             continue
@@ -118,3 +126,6 @@ def register_envs() -> None:
             vector_entry_point=info.vector_entry_point,
             disable_env_checker=False,
         )
+    for env_id, entry_point in CLIENT_ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
