@@ -334,13 +334,14 @@ def start_vanishing_client(url: str, task_id: int, reply: str) -> subprocess.Pop
 def test_vanished_clients_free_their_sessions_and_envs(tool_server, chat_server):
     """A killed client (its sockets closed by the kernel) frees its session and sandbox at once; a frozen one (no
     pongs: a stopped process, a lost network) within ping interval + timeout. Both start together (imports)."""
+    before = sandbox_pids()  # sandboxes other tests in this worker keep (pooled envs): not the killed client's
     killed = start_vanishing_client(tool_server.url, 3, "Let me compute.\n```python\nx = 6 * 7\n```")
     frozen = start_vanishing_client(chat_server.url, 0, "Hello.")
     try:
         for client in (killed, frozen):
             assert client.stdout.readline().strip() == "mid-episode"
         assert tool_server.sessions()["active_sessions"] == 1 and tool_server.sessions()["envs_open"] == 1
-        sandboxes = sandbox_pids()
+        sandboxes = sandbox_pids() - before
         assert sandboxes  # the killed client's episode has a live sandbox
         killed.kill()
         freed_s = wait_until(lambda: tool_server.sessions()["active_sessions"] == 0
