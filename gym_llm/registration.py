@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-__all__ = ["CLIENT_ENVS", "ENVS", "EnvInfo", "markdown_table", "register_envs"]
+__all__ = ["CLIENT_ENVS", "CHECKOUT_ENVS", "ENVS", "EnvInfo", "markdown_table", "register_envs"]
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,23 @@ server: docs/peers.md), id -> entry point. Not in :data:`ENVS`: they need a serv
 table and the every-env tests leave them out."""
 
 
+CHECKOUT_ENVS: tuple[EnvInfo, ...] = (
+    EnvInfo("LLMMLGym-v0", "gym_llm.envs.mlgym:LLMMLGymEnv",
+            "MLGym's ML research tasks from a user's MLGym checkout (edit, run, validate, submit in a sandboxed "
+            "workspace; graded by the task's own evaluation in a separate sandbox), no Docker",
+            "{0, 1} vs the baseline (or the metric, or its improvement)",
+            reward="1.0 if the task's metric reaches its baseline (or `threshold`), else 0.0; or the metric, or its "
+                   "improvement over the baseline ([docs/mlgym.md](docs/mlgym.md))",
+            observation="the conversation rendered up to the generation prompt (text), or its ids + mask; command "
+                        "outputs come back as `tool` turns"),
+)
+"""Envs over tasks read from a checkout the user points them at (``gym.make("LLMMLGym-v0", task_config_path=...)``):
+registered with their native vector envs, but not in :data:`ENVS` — nothing to build them from by default, so
+``gym-llm list``, the README table and the every-env tests leave them out."""
+
+
 def register_envs() -> None:
-    """Register every env id, and the :data:`CLIENT_ENVS` (idempotent)."""
+    """Register every env id, the :data:`CHECKOUT_ENVS` and the :data:`CLIENT_ENVS` (idempotent)."""
     for info in ENVS:
         if info.id in gym.registry:
             continue
@@ -126,6 +141,10 @@ def register_envs() -> None:
             vector_entry_point=info.vector_entry_point,
             disable_env_checker=False,
         )
+    for info in CHECKOUT_ENVS:
+        if info.id not in gym.registry:
+            gym.register(id=info.id, entry_point=info.entry_point, vector_entry_point=info.vector_entry_point,
+                         disable_env_checker=False)
     for env_id, entry_point in CLIENT_ENVS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)

@@ -49,6 +49,9 @@ class SandboxConfig:
             every REPL forked from it starts with them imported, for free.
         extra_ro_paths: more host paths bound read-only at the same place (paths below ``/tmp`` appear
             below ``/run/host`` instead: the sandbox's ``/tmp`` is its scratch dir).
+        symlinks: ``(target, link)`` pairs made inside the sandbox (bubblewrap's ``--symlink``), e.g.
+            ``(("/scratch/workspace", "/home/agent/workspace"),)`` so code that hard-codes a path reaches the
+            episode's scratch dir (each REPL resolves the link in its own mount namespace, to its own scratch).
         max_episodes_per_sandbox: a sandbox is replaced after this many episodes.
         startup_timeout_s: how long starting one sandbox may take.
     """
@@ -69,6 +72,7 @@ class SandboxConfig:
     site_packages: bool = True
     preload: tuple[str, ...] = ()
     extra_ro_paths: tuple[str, ...] = field(default=())
+    symlinks: tuple[tuple[str, str], ...] = field(default=())
     max_episodes_per_sandbox: int = 1000
     startup_timeout_s: float = 30.0
 
@@ -100,3 +104,7 @@ class SandboxConfig:
             raise TypeError(f"preload must be a tuple of module names, got {self.preload!r}.")
         if isinstance(self.extra_ro_paths, str) or not all(isinstance(p, str) for p in self.extra_ro_paths):
             raise TypeError(f"extra_ro_paths must be a tuple of paths, got {self.extra_ro_paths!r}.")
+        if isinstance(self.symlinks, str) or not all(
+                isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(p, str) and p for p in pair)
+                and pair[1].startswith("/") for pair in self.symlinks):
+            raise TypeError(f"symlinks must be a tuple of (target, absolute link path) pairs, got {self.symlinks!r}.")

@@ -154,7 +154,12 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespa
         elif os.path.isdir(link):
             argv += ["--ro-bind", link, link]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs", SCRATCH,
-             "--symlink", SCRATCH, "/tmp", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
+             "--symlink", SCRATCH, "/tmp"]
+    for target, link in config.symlinks:
+        for parent in reversed([str(d) for d in Path(link).parents if str(d) != "/"]):  # traversable by every uid
+            argv += ["--perms", "0755", "--dir", parent]
+        argv += ["--symlink", target, link]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in _sandbox_env().items():
         argv += ["--setenv", key, value]
     return argv + ["--seccomp", str(seccomp_fd), "--"]

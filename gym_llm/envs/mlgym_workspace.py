@@ -1,0 +1,201 @@
+"""The agent's workspace and the grader, each in the project's own sandbox (bubblewrap + seccomp + rlimits/cgroups).
+
+Two sandbox pools per env, with different read-only binds:
+
+* **agent pool**: binds ``stage/public`` (starter files and the data without hidden files). Each episode gets one
+  REPL whose private tmpfs scratch dir holds the workspace, seen at MLGym's path ``/home/agent/workspace``;
+  commands run there, ``run``/``python`` as child processes with a per-command wall-clock timeout.
+* **grading pool**: binds ``stage/private`` (pristine evaluation script and starter files, full data with labels),
+  which the agent's sandbox never sees. Each evaluation gets a fresh REPL: the pristine workspace is rebuilt in its
+  scratch dir, only the submission files are copied over from the agent's workspace (as bytes), and the task's
+  evaluation script runs there. Nothing the agent wrote elsewhere (a patched evaluator, a ``json.py`` shadowing the
+  stdlib, a fake score file) reaches it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gym_llm.tools.sandbox.config import SandboxConfig
+from gym_llm.tools.sandbox.pool import SandboxPool
+from gym_llm.tools.sandbox.process import ReplChannel, Sandbox, SandboxError, _sandbox_path
+
+__all__ = ["SandboxREPL", "WorkspaceSession", "Evaluation", "parse_metrics", "sandbox_configs", "WORKSPACE"]
+
+logger = logging.getLogger(__name__)
+
+WORKSPACE = "/home/agent/workspace"
+_RUNTIME = Path(__file__).with_name("mlgym_runtime.py")
+_REPL_OUTPUT_CHARS = 4_000_000  # the REPL's reply cap; what the agent sees is capped by the runtime itself
+_SETUP_TIMEOUT_S = 60.0
+
+
+def sandbox_configs(*, stage: Path, memory_limit_mb: int, command_timeout_s: float, eval_timeout_s: float,
+                    workspace_mb: int, max_files: int, max_threads: int) -> tuple[SandboxConfig, SandboxConfig]:
+    """The agent's and the grader's sandbox settings: the same limits, different read-only binds."""
+    common = dict(isolation="bwrap", allow_subprocess=True, memory_limit_mb=memory_limit_mb, scratch_size_mb=workspace_mb,
+                  max_files=max_files, max_threads=max_threads, file_size_limit_mb=min(workspace_mb, 1024),
+                  max_output_chars=_REPL_OUTPUT_CHARS, max_error_chars=4096,
+                  symlinks=(("/scratch/workspace", WORKSPACE), ("usr/bin", "/bin")))
+    agent = SandboxConfig(timeout_s=command_timeout_s + 30, cpu_limit_s=max(60, math.ceil(command_timeout_s) + 30),
+                          extra_ro_paths=(str(stage / "public"), "/usr/bin"), **common)
+    grader = SandboxConfig(timeout_s=eval_timeout_s + 30, cpu_limit_s=max(60, math.ceil(eval_timeout_s) + 30),
+                           extra_ro_paths=(str(stage / "private"), "/usr/bin"), **common)
+    return agent, grader
+
+
+class SandboxREPL:
+    """One REPL from ``pool`` with the runtime loaded; ``call(op, **args)`` runs one runtime operation."""
+
+    def __init__(self, pool: SandboxPool):
+        self.pool = pool
+        self.sandbox: Sandbox | None = pool.acquire()
+        try:
+            self.channel: ReplChannel | None = self.sandbox.start_repl()
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
+        reply = self.channel.execute(_RUNTIME.read_text(encoding="utf-8"), timeout_s=_SETUP_TIMEOUT_S)
+        if reply.status != "ok":
+            raise SandboxError(f"the MLGym runtime did not load in the sandbox ({reply.status}): {reply.error}")
+
+    def inside(self, host_path: Path) -> str:
+        """Where a bound host path is seen inside this sandbox."""
+        return _sandbox_path(str(host_path))
+
+    def call(self, op: str, deadline_s: float, **args: Any) -> dict[str, Any]:
+        """Run one operation; ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": ...}``.
+
+        Raises:
+            SandboxError: the REPL died or timed out (the workspace is gone with it).
+        """
+        if self.channel is None:
+            raise SandboxError("the workspace's sandbox was already closed")
+        request = json.dumps({"op": op, "args": args})
+        reply = self.channel.execute(f"_mlgym({request!r})", timeout_s=deadline_s)
+        if reply.status != "ok":
+            raise SandboxError(f"the sandbox stopped during {op!r} ({reply.status}: {reply.error[-500:]})")
+        lines = [line for line in reply.output.splitlines() if line.startswith("{")]
+        if not lines:
+            raise SandboxError(f"the sandbox gave no reply to {op!r}: {reply.output[-500:]!r}")
+        return json.loads(lines[-1])
+
+    def close(self) -> None:
+        sandbox, channel = self.sandbox, self.channel
+        self.sandbox = self.channel = None
+        if sandbox is None:
+            return
+        if channel is not None:
+            sandbox.end_repl(channel)
+        self.pool.release(sandbox, reusable=False)  # child processes may linger: never reuse
+
+
+class WorkspaceSession:
+    """One episode's workspace: a REPL in the agent's pool, set up from ``stage/public/<key>`` on first use."""
+
+    def __init__(self, pool: SandboxPool, public_dir: Path):
+        self.pool = pool
+        self.public_dir = public_dir
+        self.repl: SandboxREPL | None = None
+        self.lost = False
+
+    def call(self, op: str, deadline_s: float, **args: Any) -> dict[str, Any]:
+        if self.repl is None:
+            if self.lost:
+                raise SandboxError("the workspace was lost earlier in this episode")
+            self.repl = SandboxREPL(self.pool)
+            setup = self.repl.call("setup", _SETUP_TIMEOUT_S, public_dir=self.repl.inside(self.public_dir))
+            if not setup["ok"]:
+                raise SandboxError(f"setting up the workspace failed: {setup['error']}")
+        try:
+            return self.repl.call(op, deadline_s, **args)
+        except SandboxError:
+            self.lost = True
+            self.close()
+            raise
+
+    def read_files(self, names: tuple[str, ...], max_bytes: int) -> dict[str, bytes | None]:
+        """The submission files' bytes (None: missing, a link, or larger than ``max_bytes``)."""
+        reply = self.call("read_files", _SETUP_TIMEOUT_S, names=list(names), max_bytes=max_bytes)
+        if not reply["ok"]:
+            raise SandboxError(f"reading the submission failed: {reply['error']}")
+        return {k: (base64.b64decode(v) if v is not None else None) for k, v in reply["result"].items()}
+
+    def close(self) -> None:
+        repl, self.repl = self.repl, None
+        if repl is not None:
+            repl.close()
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One run of a task's evaluation script on a submission.
+
+    Attributes:
+        metrics: the JSON object the script printed (empty when it printed none).
+        output: the script's stdout and stderr.
+        returncode: its exit status (None: it never ran).
+        timed_out: it ran past the evaluation timeout.
+        error: why no metrics came back ("" when they did).
+    """
+
+    metrics: dict[str, Any]
+    output: str
+    returncode: int | None
+    timed_out: bool
+    error: str
+
+
+def parse_metrics(stdout: str) -> dict[str, Any] | None:
+    """The last stdout line that is a JSON object (MLGym's evaluation scripts print one), or None.
+
+    >>> parse_metrics('loading\\n{"Score": 1.5}\\n')
+    {'Score': 1.5}
+    """
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def evaluate(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: list[str], timeout_s: float,
+             max_chars: int) -> Evaluation:
+    """Run the evaluation in a fresh REPL of the grading ``pool`` (see the module docstring)."""
+    try:
+        repl = SandboxREPL(pool)
+    except SandboxError as e:
+        return Evaluation({}, "", None, False, f"the grading sandbox did not start: {e}")
+    try:
+        encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
+        reply = repl.call("grade", timeout_s + 20, private_dir=repl.inside(private_dir), files=encoded, argv=argv,
+                          timeout_s=timeout_s, max_chars=max_chars)
+    except SandboxError as e:
+        return Evaluation({}, "", None, False, f"the grading sandbox failed: {e}")
+    finally:
+        repl.close()
+    if not reply["ok"]:
+        return Evaluation({}, "", None, False, f"the evaluation could not start: {reply['error']}")
+    run = reply["result"]
+    output = run["stdout"] + run["stderr"]
+    if run["timed_out"]:
+        return Evaluation({}, output, run["returncode"], True, f"the evaluation ran longer than {timeout_s:g} s")
+    metrics = parse_metrics(run["stdout"])
+    if metrics is None:
+        return Evaluation({}, output, run["returncode"], False,
+                          f"the evaluation script printed no JSON metrics (exit code {run['returncode']})")
+    return Evaluation(metrics, output, run["returncode"], False, "")

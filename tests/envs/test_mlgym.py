@@ -1,0 +1,176 @@
+"""LLMMLGym-v0 on the five MLGym fixture tasks (``../shared/mlgym``, passed as a user's checkout path).
+
+Each task runs end to end (reset, edits, validate, submit) and its score must equal what the task's own evaluation
+script prints for the same submission when run by hand here, outside the env (``subprocess``, the fixture's files).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+pytest.importorskip("pyseccomp")
+
+REPO = Path(__file__).resolve().parents[2]
+MLGYM = REPO.parent / "shared" / "mlgym"
+pytestmark = pytest.mark.skipif(not MLGYM.is_dir(), reason=f"the MLGym fixtures are not at {MLGYM}")
+
+
+def _example():
+    sys.path.insert(0, str(REPO / "examples"))
+    spec = importlib.util.spec_from_file_location("mlgym_scripted", REPO / "examples" / "mlgym_scripted.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mlgym_scripted"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLE = _example()
+
+
+@pytest.fixture(scope="module")
+def sat_data(tmp_path_factory):
+    return EXAMPLE.write_3sat_dataset(tmp_path_factory.mktemp("3sat"), num_formulas=20, seed=1)
+
+
+@pytest.fixture(scope="module")
+def env(sat_data):
+    import gym_llm  # noqa: F401
+
+    configs = [str(MLGYM / "configs" / "tasks" / f"{name}.yaml") for name in EXAMPLE.TASKS]
+    env = gym.make("LLMMLGym-v0", task_config_path=configs, max_turns=8,
+                   dataset_paths={"datasets/3SAT.yaml": str(sat_data)})
+    yield env
+    env.close()
+
+
+def _by_hand(task: str, workdir: Path, submission: dict[str, str], sat_data: Path, seed: int) -> dict:
+    """The task's evaluation script run directly on the fixture's files and the submission; its printed JSON."""
+    shutil.copytree(MLGYM / "data" / task, workdir)
+    if task == "3SATTime":
+        shutil.copytree(sat_data, workdir / "data")
+    for name, content in submission.items():
+        (workdir / name).write_text(content)
+    if task == "titanic":  # evaluate.py's __main__ hard-codes /home/agent/workspace: call its evaluate() instead
+        subprocess.run([sys.executable, "train_and_predict.py"], cwd=workdir, check=True, capture_output=True)
+        code = ("import runpy; m = runpy.run_path('evaluate.py'); "
+                "m['evaluate']('data/ground_truth.csv', 'submission.csv')")
+    else:
+        code = f"import random, runpy; random.seed({seed}); runpy.run_path('evaluate.py', run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("task", EXAMPLE.TASKS)
+def test_task_end_to_end_scores_like_its_own_evaluation_by_hand(env, task, tmp_path, sat_data):
+    index = EXAMPLE.TASKS.index(task)
+    observation, info = env.reset(seed=0, options={"task_id": index})
+    assert "/home/agent/workspace" in observation and "<tools>" in observation or "submit" in observation
+    agent = EXAMPLE.ScriptedAgent(task)
+    steps = []
+    while True:
+        observation, reward, terminated, truncated, info = env.step(agent.act(observation))
+        steps.append(info)
+        if terminated or truncated:
+            break
+    assert terminated and not truncated and info["exit_reason"] == "submit"
+    assert "Your submission scored" in observation.split("validate")[-1] or any(
+        "validate" in s.get("tool_calls", "") for s in steps)
+    metrics = json.loads(info["metrics"])
+    submission = ({"train_and_predict.py": EXAMPLE.TITANIC} if task == "titanic"
+                  else {EXAMPLE.SOLUTIONS[task][0]: EXAMPLE.SOLUTIONS[task][1]})
+    expected = _by_hand(task, tmp_path / task, submission, sat_data, seed=info["eval_seed"])
+    if task == "3SATTime":  # wall-clock Time differs run to run; everything else is exact
+        assert {k: v for k, v in metrics.items() if k != "Time"} == {k: v for k, v in expected.items() if k != "Time"}
+        assert metrics["Time"] < 5 and expected["Time"] < 5
+    else:
+        assert metrics == expected
+    assert info["passed"] and reward == 1.0  # the scripted policy beats each baseline
+    assert info["metric"] == pytest.approx(metrics[info["metric_name"]] if info["metric_name"] in metrics
+                                           else metrics[info["metric_name"].lower()])
+
+
+def test_starter_code_fails_the_baseline_threshold_and_metric_reward_modes(sat_data):
+    """battleOfSexes' own starter strategy scores below its recorded baseline at seed 0; reward modes differ."""
+    config = str(MLGYM / "configs" / "tasks" / "battleOfSexes.yaml")
+    rewards = {}
+    for mode in ("pass_fail", "metric", "improvement"):
+        env = gym.make("LLMMLGym-v0", task_config_path=config, reward=mode, max_turns=4)
+        try:
+            env.reset(seed=0)
+            _, rewards[mode], terminated, _, info = env.step(EXAMPLE.call("submit"))
+        finally:
+            env.close()
+        assert terminated
+    assert rewards["pass_fail"] == 0.0 and not info["passed"]
+    assert rewards["metric"] == pytest.approx(info["metric"])
+    assert rewards["improvement"] == pytest.approx(info["metric"] - info["baseline"])
+
+
+def test_step_budget_grades_the_workspace_and_truncates():
+    env = gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "prisonersDilemma.yaml"),
+                   max_turns=2, reward="metric")
+    try:
+        env.reset(seed=0)
+        _, _, terminated, truncated, info = env.step(EXAMPLE.call("run", command="echo hi"))
+        assert not (terminated or truncated)
+        _, reward, terminated, truncated, info = env.step("thinking...")
+        assert truncated and not terminated and info["exit_reason"] == "max_steps"
+        assert reward == pytest.approx(info["metric"]) and not math.isnan(info["metric"])
+    finally:
+        env.close()
+
+
+def test_command_timeout_kills_the_command_and_the_workspace_survives():
+    env = gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "blotto.yaml"),
+                   command_timeout_s=1.0, max_turns=6)
+    try:
+        env.reset(seed=0)
+        observation, *_ = env.step(EXAMPLE.call("run", command="echo kept > note.txt; sleep 30 & sleep 30"))
+        assert "ran longer than 1 s and was killed" in observation
+        observation, *_ = env.step(EXAMPLE.call("run", command="cat note.txt"))
+        assert observation.rstrip().endswith("kept\n<|im_end|>\n<|im_start|>assistant".rstrip()) or "kept" in \
+            observation.split("cat note.txt")[-1]
+    finally:
+        env.close()
+
+
+def test_missing_dataset_config_names_the_fix():
+    with pytest.raises(FileNotFoundError, match=r"dataset_paths=\{'datasets/3SAT.yaml'"):
+        gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "3SATTime.yaml"))
+    with pytest.raises(TypeError, match="needs task_config_path"):
+        gym.make("LLMMLGym-v0")
+
+
+def test_check_env_passes():
+    env = gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "blotto.yaml"), max_turns=4)
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
+def test_tokens_mode_appends_sampled_ids_verbatim(qwen_tokenizer):
+    env = gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "blotto.yaml"),
+                   mode="tokens", tokenizer=qwen_tokenizer, max_turns=4, max_seq_len=8192)
+    try:
+        observation, _ = env.reset(seed=0)
+        n = int(observation["attention_mask"].sum())
+        sampled = np.asarray(qwen_tokenizer.encode(EXAMPLE.call("open", path="strategy.py") + "<|im_end|>"))
+        observation, _, _, _, info = env.step(sampled)
+        ids = observation["input_ids"][: int(observation["attention_mask"].sum())]
+        assert (ids[n: n + len(sampled)] == sampled).all() and info["policy_mask"][n: n + len(sampled)].all()
+        assert "[File: /home/agent/workspace/strategy.py" in qwen_tokenizer.decode(ids[n + len(sampled):])
+    finally:
+        env.close()
