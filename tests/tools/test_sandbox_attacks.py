@@ -56,8 +56,13 @@ def private_tmp(tmp_path_factory):
     tempfile.tempdir = saved
 
 
+def _sandbox_cgroups() -> set[Path]:
+    return set(Path("/sys/fs/cgroup").rglob(f"gym-llm-{os.getpid()}/sandbox-*"))
+
+
 @pytest.fixture(scope="module")
 def tool(private_tmp):
+    others = _sandbox_cgroups()  # sandboxes of other tools this worker process keeps (pooled envs of earlier tests)
     tool = PythonTool(min_idle=1, **LIMITS)
     tool.attach()
     LIVE_TOOLS.append(tool)
@@ -66,9 +71,8 @@ def tool(private_tmp):
     session.close()
     yield tool
     tool.detach()
-    # every sandbox cgroup of this process is gone with its sandboxes
-    cgroup_dirs = [d for d in Path("/sys/fs/cgroup").rglob(f"gym-llm-{os.getpid()}/sandbox-*")] \
-        if tool.limits["memory"].count("cgroup v") else []
+    # every sandbox cgroup this tool made is gone with its sandboxes
+    cgroup_dirs = _sandbox_cgroups() - others if tool.limits["memory"].count("cgroup v") else set()
     assert not cgroup_dirs, cgroup_dirs
 
 
