@@ -34,7 +34,9 @@ TASKS = ("battleOfSexes", "prisonersDilemma", "blotto", "3SATTime", "titanic")
 
 @dataclass
 class Args:
-    mlgym_root: str = str(Path(__file__).resolve().parents[1].parent / "shared" / "mlgym")
+    mlgym_root: str = next((str(p) for p in (Path(__file__).resolve().parents[1].parent / "shared" / "mlgym",
+                                             Path("/work/shared/mlgym")) if (p / "configs").is_dir()),
+                           "../shared/mlgym")
     """the MLGym checkout (it holds configs/tasks and data/)"""
     num_formulas: int = 40
     """3SATTime: random formulas generated when the checkout has no 3SAT dataset"""

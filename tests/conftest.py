@@ -36,6 +36,19 @@ def shared_data_dir() -> Path:
     )
 
 
+def shared_mlgym_dir() -> Path:
+    """The five MLGym fixture tasks (a checkout's configs/ and data/): $GYM_LLM_MLGYM, ../shared/mlgym beside the
+    checkout, or /work/shared/mlgym."""
+    candidates = [os.environ.get("GYM_LLM_MLGYM"), REPO.parent / "shared" / "mlgym", Path("/work/shared/mlgym")]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "configs" / "tasks").is_dir():
+            return Path(candidate)
+    raise RuntimeError(
+        "The MLGym fixture tasks were not found; set GYM_LLM_MLGYM to the folder holding configs/tasks and data/ "
+        f"(looked in: {[str(c) for c in candidates if c]})."
+    )
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return shared_data_dir()

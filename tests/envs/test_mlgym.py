@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from tests.conftest import shared_mlgym_dir
+
 pytest.importorskip("pyseccomp")
 
 REPO = Path(__file__).resolve().parents[2]
-MLGYM = REPO.parent / "shared" / "mlgym"
-pytestmark = pytest.mark.skipif(not MLGYM.is_dir(), reason=f"the MLGym fixtures are not at {MLGYM}")
+MLGYM = shared_mlgym_dir()
 
 
 def _example():

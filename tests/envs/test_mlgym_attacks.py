@@ -15,14 +15,14 @@ import gymnasium as gym
 import pytest
 
 from tests import background
+from tests.conftest import shared_mlgym_dir
 from tests.tools import unprivileged
 
 pytest.importorskip("pyseccomp")
 
 REPO = Path(__file__).resolve().parents[2]
-MLGYM = REPO.parent / "shared" / "mlgym"
-GROUND_TRUTH = (MLGYM / "data" / "titanic" / "data" / "ground_truth.csv").read_text() if MLGYM.is_dir() else ""
-pytestmark = pytest.mark.skipif(not MLGYM.is_dir(), reason=f"the MLGym fixtures are not at {MLGYM}")
+MLGYM = shared_mlgym_dir()
+GROUND_TRUTH = (MLGYM / "data" / "titanic" / "data" / "ground_truth.csv").read_text()
 
 
 def call(name: str, **arguments) -> str:

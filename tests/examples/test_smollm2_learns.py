@@ -1,7 +1,7 @@
 """A shortened run of the README's main job (SmolLM2 learning held-out sums) shows a gain larger than its noise.
 
 The main job (examples/configs/smollm2_quick.toml: 2 SFT steps, then 5 GRPO steps, 200 held-out sums) takes about
-8 minutes of one core here; the suite runs its first part on every test run — the README's command, with
+6 minutes of both cores here; the suite runs its first part on every test run — the README's command, with
 SFT batches of 16 instead of 32, one GRPO step of 2 x 8 episodes and 40 held-out problems evaluated at step 0 and at
 the end (~100 s of one core instead of ~150 s with batches of 32 and 60 problems) — in one worker, like any
 test (started beside the suite at collection, with the README's smoke path already there, it oversubscribed the two
