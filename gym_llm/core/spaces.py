@@ -13,6 +13,7 @@ batches to a ``Dict`` of ``Box`` arrays of shape ``(B, L)``.
 
 from __future__ import annotations
 
+import collections.abc
 from typing import Any, Sequence
 
 import numpy as np
@@ -163,7 +164,42 @@ def _unflatten_unicode_text(space: UnicodeText, x: np.ndarray) -> str:
     return x[x >= 0].tobytes().decode("utf-32-le")
 
 
+class SharedTextBatch(collections.abc.Sequence):
+    """The ``n`` strings of a UnicodeText batch in shared memory, decoded when read: a *live* view, like the numpy
+    views Gymnasium's AsyncVectorEnv returns for array spaces. AsyncVectorEnv reads its shared buffer once, when it
+    is made, and returns that object after every reset and step (a deep copy of it by default): a tuple decoded at
+    that moment would repeat the empty buffer forever. A copy (``copy.copy``/``deepcopy``, what ``copy=True`` — the
+    default — hands out) is a plain tuple of the current strings."""
+
+    def __init__(self, space: UnicodeText, data: np.ndarray):
+        self._space, self._data = space, data  # (n, max_length) int32, a view of the shared buffer
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(_unflatten_unicode_text(self._space, row) for row in self._data[index])
+        return _unflatten_unicode_text(self._space, self._data[index])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (tuple, Sequence)) and not isinstance(other, str) and tuple(self) == tuple(other)
+
+    __hash__ = None  # a live view is not hashable
+
+    def __copy__(self) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
 @_read_shared.register(UnicodeText)
-def _read_unicode_text_from_shared_memory(space: UnicodeText, shared_memory: Any, n: int = 1) -> tuple[str, ...]:
-    data = np.frombuffer(shared_memory.get_obj(), dtype=np.int32).reshape((n, space.max_length))
-    return tuple(_unflatten_unicode_text(space, row) for row in data)
+def _read_unicode_text_from_shared_memory(space: UnicodeText, shared_memory: Any, n: int = 1) -> SharedTextBatch:
+    return SharedTextBatch(space, np.frombuffer(shared_memory.get_obj(), dtype=np.int32).reshape((n, space.max_length)))

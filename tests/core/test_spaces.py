@@ -92,3 +92,32 @@ def test_unicode_text_flatten_round_trip(text):
 
     space = UnicodeText(30)
     assert unflatten(space, flatten(space, text)) == text
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_async_vector_env_with_shared_memory_returns_every_steps_text(copy):
+    """Gymnasium's AsyncVectorEnv reads its shared buffer once and returns that object after every reset and step: a
+    text batch must be a live view of the buffer (a plain tuple of it when copied), not the strings of the moment it
+    was made (which were empty: every observation came back as NUL characters)."""
+    import copy as copying
+
+    import gymnasium as gym
+
+    import gym_llm  # noqa: F401
+
+    kwargs = {"source": "arithmetic"}
+    envs = gym.make_vec("LLMGSM8K-v0", num_envs=2, vectorization_mode="async", vector_kwargs={"copy": copy}, **kwargs)
+    ref = gym.make_vec("LLMGSM8K-v0", num_envs=2, vectorization_mode="sync", **kwargs)
+    try:
+        obs, _ = envs.reset(seed=0)
+        want, _ = ref.reset(seed=0)
+        assert tuple(obs) == tuple(want) and "What is" in obs[0]
+        first = tuple(obs)
+        obs, reward, *_ = envs.step(("#### 1", "#### 2"))
+        want, want_reward, *_ = ref.step(("#### 1", "#### 2"))
+        assert tuple(obs) == tuple(want) and obs[1].endswith("#### 2") and reward.tolist() == want_reward.tolist()
+        assert type(copying.deepcopy(obs)) is tuple and copying.deepcopy(obs) == tuple(want)
+        assert isinstance(obs, tuple) == copy and tuple(obs) != first
+    finally:
+        envs.close()
+        ref.close()
