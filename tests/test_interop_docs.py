@@ -35,7 +35,12 @@ def test_snippet_runs_as_written(heading, tmp_path, monkeypatch):
     out = io.StringIO()
     with contextlib.redirect_stdout(out), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(SNIPPETS[heading], f"docs/interop.md: {heading}", "exec"), {"__name__": "__main__"})
+        namespace = {"__name__": "__main__"}
+        try:
+            exec(compile(SNIPPETS[heading], f"docs/interop.md: {heading}", "exec"), namespace)
+        finally:  # a script's process would end here; this worker goes on: free the TRL factory's sandboxes
+            if hasattr(namespace.get("factory"), "close"):
+                namespace["factory"].close()
     for key, pattern in PRINTS.items():
         if heading.startswith(key):
             assert re.search(pattern, out.getvalue().strip(), flags=re.M), (heading, out.getvalue())

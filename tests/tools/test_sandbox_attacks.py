@@ -57,12 +57,17 @@ def private_tmp(tmp_path_factory):
 
 
 def _sandbox_cgroups() -> set[Path]:
-    return set(Path("/sys/fs/cgroup").rglob(f"gym-llm-{os.getpid()}/sandbox-*"))
+    return {p.resolve() for p in Path("/sys/fs/cgroup").rglob(f"gym-llm-{os.getpid()}/sandbox-*")}
+
+
+OTHER_CGROUPS: set[Path] = set()  # sandboxes of other tools this worker process keeps (pooled envs of earlier tests)
 
 
 @pytest.fixture(scope="module")
 def tool(private_tmp):
-    others = _sandbox_cgroups()  # sandboxes of other tools this worker process keeps (pooled envs of earlier tests)
+    others = _sandbox_cgroups()
+    OTHER_CGROUPS.clear()
+    OTHER_CGROUPS.update(others)
     tool = PythonTool(min_idle=1, **LIMITS)
     tool.attach()
     LIVE_TOOLS.append(tool)
@@ -191,9 +196,11 @@ def _orphans() -> list[str]:
 
 
 def _cgroup_dirs() -> int:
-    """Sandbox cgroup directories of this process (one per live sandbox and controller; none once they are gone)."""
-    return sum(1 for root in Path("/sys/fs/cgroup").glob(f"*/gym-llm-{os.getpid()}") for child in root.iterdir()
-               if child.is_dir()) + len(list(Path("/sys/fs/cgroup").glob(f"gym-llm-{os.getpid()}/*/")))
+    """Sandbox cgroup directories of this process (one per live sandbox and controller; none once they are gone),
+    not counting those of other tools this worker process kept from earlier tests (pooled envs: OTHER_CGROUPS)."""
+    dirs = {child for root in Path("/sys/fs/cgroup").glob(f"*/gym-llm-{os.getpid()}") for child in root.iterdir()
+            if child.is_dir()} | set(Path("/sys/fs/cgroup").glob(f"gym-llm-{os.getpid()}/*/"))
+    return len({d for d in dirs if d.resolve() not in OTHER_CGROUPS})
 
 
 def host_state(tool) -> dict:
