@@ -242,16 +242,16 @@ def test_text_paths_give_the_native_conversation_and_rewards(kind, kinds, script
     assert [(m["role"], m["content"]) for m in vf_messages] == [(m["role"], m["content"]) for m in messages]
 
     opening = [m for m in messages if m["role"] in ("system", "user")][:2 if messages[0]["role"] == "system" else 1]
-    if kind != "python":  # TRL's environment_factory continues an episode only through tool calls (docs/trl.md)
-        with pytest.raises(ValueError, match="has no tools"):
+    if kind == "chat":  # TRL's environment_factory continues an episode only through tool calls (docs/trl.md)
+        with pytest.raises(ValueError, match="has no tools and is multi-turn"):
             trl_path(env_id, kwargs, kind, task_id, opening)
-        if kind == "gsm8k":  # single turn: TRL's reward-function path scores it with the env
-            from gym_llm_adapters.trl.rewards import EnvReward
-
-            reply = messages[-1]["content"]
-            assert EnvReward(env_id, **kwargs)([opening], [[{"role": "assistant", "content": reply}]],
-                                               task_id=[task_id]) == rewards
         return
+    if kind == "gsm8k":  # single turn: also TRL's reward-function path
+        from gym_llm_adapters.trl.rewards import EnvReward
+
+        reply = messages[-1]["content"]
+        assert EnvReward(env_id, **kwargs)([opening], [[{"role": "assistant", "content": reply}]],
+                                           task_id=[task_id]) == rewards
     completion, reward = trl_path(env_id, kwargs, kind, task_id, opening)
     assert reward == sum(rewards)
     assert [(m["role"], m["content"]) for m in completion if m["role"] == "tool"] == \

@@ -324,16 +324,20 @@ class EnvironmentFactory:
         chat = chat_common(probe)
         handler = chat.handler
         toolbox = getattr(handler, "toolbox", None)
-        if toolbox is None:
+        max_turns = int(chat.config.max_turns)
+        if toolbox is None and max_turns > 1:
             raise ValueError(
-                f"{env_id} has no tools, and TRL's environment_factory continues an episode only through tool calls "
-                "(the model calls the environment's methods). Expected a tool env (LLMPythonTool-v0, LLMBrowser-v0, "
-                "or a chat env with tools=[...], e.g. LLMChat-v0 with tools=[MCPTool(...)]). Fix: pass tools=[...], "
-                "or train this env with GSM8KReward/EnvReward (single turn) or EnvRolloutFunc (env-driven turns)."
+                f"{env_id} has no tools and is multi-turn (max_turns={max_turns}), and TRL's environment_factory "
+                "continues an episode only through tool calls (the model calls the environment's methods): the env's "
+                "follow-up turns could never happen. Expected a tool env (LLMPythonTool-v0, LLMBrowser-v0, or a chat "
+                "env with tools=[...], e.g. LLMChat-v0 with tools=[MCPTool(...)]) or a single-turn env (GSM8K, "
+                "IFEval, ...). Fix: pass tools=[...], or train this env with EnvRolloutFunc (env-driven turns)."
             )
+        # A single-turn env without tools is a class with no tool methods: TRL generates one reply and
+        # environment_reward scores it with the env (as EnvReward does).
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
-        self.tool_schemas = toolbox.schemas()
-        self.max_turns = int(chat.config.max_turns)
+        self.tool_schemas = toolbox.schemas() if toolbox is not None else []
+        self.max_turns = max_turns
         self.max_tool_calling_iterations = self.max_turns - 1
         methods = {}
         for schema in self.tool_schemas:

@@ -236,8 +236,9 @@ def test_bad_input_says_what_was_expected_and_the_fix(gsm8k_test_file):
     data = str(gsm8k_test_file)
     with pytest.raises(ValueError, match=r"Unknown env id 'LLMPythonTools-v0'.*LLMPythonTool-v0.*Fix"):
         environment_factory("LLMPythonTools-v0")
-    with pytest.raises(ValueError, match=r"LLMGSM8K-v0 has no tools.*Expected a tool env.*Fix: pass tools="):
-        environment_factory("LLMGSM8K-v0", data_files=data)
+    with pytest.raises(ValueError, match=r"LLMChat-v0 has no tools and is multi-turn.*Expected a tool env.*Fix: pass "
+                                         r"tools="):
+        environment_factory("LLMChat-v0")
     with pytest.raises(TypeError, match="needs a gym_llm chat env"):
         environment_factory("LLMTokens-v0")
     with pytest.raises(ValueError, match=r"sets \['mode'\] itself"):
@@ -256,3 +257,24 @@ def test_bad_input_says_what_was_expected_and_the_fix(gsm8k_test_file):
     tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     with pytest.raises(ValueError, match=r"cannot parse tool calls.*Fix: set tokenizer.chat_template"):
         add_response_template(tokenizer)
+
+
+def test_a_single_turn_env_without_tools_is_a_class_without_tool_methods():
+    """TRL generates one reply; environment_reward scores it with the env, as the native env does."""
+    import gymnasium as gym
+
+    with environment_factory("LLMGSM8K-v0", source="arithmetic") as factory:
+        assert factory.max_tool_calling_iterations == 0 and factory.tool_schemas == []
+        environment = factory()
+        assert [n for n, v in vars(type(environment)).items() if callable(v) and not n.startswith("_")] == []
+        native = gym.make("LLMGSM8K-v0", source="arithmetic")
+        native.reset(options={"task_id": 4})
+        question = native.unwrapped.episode.messages[-1].content
+        a, b = (int(x) for x in question.split("What is ")[1].split("?")[0].split(" + "))
+        for reply in (f"#### {a + b}", f"#### {a + b + 1}"):
+            environment.reset(task_id=4)
+            native.reset(options={"task_id": 4})
+            want = native.step(reply)[1]
+            assert environment_reward(completions=[[{"role": "assistant", "content": reply}]],
+                                      environments=[environment]) == [want]
+        native.close()
