@@ -21,7 +21,6 @@ from gymnasium.utils.env_checker import check_env
 
 from tests.conftest import shared_mlgym_dir
 
-pytest.importorskip("pyseccomp")
 
 REPO = Path(__file__).resolve().parents[2]
 MLGYM = shared_mlgym_dir()

@@ -18,7 +18,6 @@ from tests import background
 from tests.conftest import shared_mlgym_dir
 from tests.tools import unprivileged
 
-pytest.importorskip("pyseccomp")
 
 REPO = Path(__file__).resolve().parents[2]
 MLGYM = shared_mlgym_dir()
