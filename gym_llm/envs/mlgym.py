@@ -22,7 +22,8 @@ from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 from gym_llm.envs.mlgym_tasks import MLGymTask, load_mlgym_task, stage_tasks
-from gym_llm.envs.mlgym_workspace import Evaluation, WorkspaceSession, evaluate, sandbox_configs
+from gym_llm.envs.mlgym_workspace import (Evaluation, SubmissionCode, WorkspaceSession, evaluate, module_name,
+                                       sandbox_configs)
 from gym_llm.tools.base import function_schema
 from gym_llm.tools.parsing import parse_tool_calls
 from gym_llm.tools.sandbox.process import SandboxError
@@ -74,11 +75,11 @@ class MLGymHandler:
     """Runs the agent's commands in its workspace and grades ``validate``/``submit`` (see :class:`LLMMLGymEnv`)."""
 
     def __init__(self, *, tasks: Sequence[MLGymTask], stage: Path, agent_pool: Any, grading_pool: Any,
-                 reward: RewardMode, threshold: float | None, failure_reward: float, command_timeout_s: float,
+                 submission_pool: Any, reward: RewardMode, threshold: float | None, failure_reward: float, command_timeout_s: float,
                  eval_timeout_s: float, episode_timeout_s: float, max_output_chars: int, eval_seed: int | None,
                  validate_seed_offset: int = 1):
         self.tasks, self.stage = tasks, stage
-        self.agent_pool, self.grading_pool = agent_pool, grading_pool
+        self.agent_pool, self.grading_pool, self.submission_pool = agent_pool, grading_pool, submission_pool
         self.reward, self.threshold, self.failure_reward = reward, threshold, float(failure_reward)
         self.command_timeout_s, self.eval_timeout_s = command_timeout_s, eval_timeout_s
         self.episode_timeout_s, self.max_output_chars = episode_timeout_s, max_output_chars
@@ -169,8 +170,10 @@ class MLGymHandler:
             return Evaluation({}, "", None, False, f"no submission: {missing} missing from the workspace (the "
                               f"task's submission is {list(task.submission_files)})"), seed
         argv = evaluation_argv(task, seed)
+        code = None if self.submission_pool is None else SubmissionCode(
+            self.submission_pool, self.stage / "public" / task.key, self.stage / "channels", seed)
         return evaluate(self.grading_pool, self.stage / "private" / task.key, files, argv, self.eval_timeout_s,
-                        self.max_output_chars), seed
+                        self.max_output_chars, code), seed
 
     def _final(self, task: MLGymTask, state: dict[str, Any], reason: str, results: list, infos: list,
                *, done: bool) -> Response:
@@ -282,6 +285,13 @@ def build_mlgym(
                      task_order=task_order, chat_kwargs=chat_kwargs)
 
 
+def _remove_stage(stage: Path) -> None:
+    channels = stage / "channels"
+    if channels.is_dir():
+        channels.chmod(0o700)  # listable again, for rmtree
+    shutil.rmtree(stage, ignore_errors=True)
+
+
 def _assemble(tasks: list[MLGymTask], *, command_timeout_s: float, eval_timeout_s: float, memory_limit_mb: int,
               workspace_mb: int, max_turns: int, system_prompt: str | None, task_order: Any,
               chat_kwargs: dict[str, Any], **handler_kwargs: Any) -> EnvParts:
@@ -296,17 +306,24 @@ def _assemble(tasks: list[MLGymTask], *, command_timeout_s: float, eval_timeout_
         for pool in pools:
             pool.close()
         pools.clear()
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove_stage(stage)
 
-    atexit.register(shutil.rmtree, stage, True)
+    atexit.register(_remove_stage, stage)
     try:
         stage_tasks(tasks, stage)
-        agent, grader = sandbox_configs(stage=stage, memory_limit_mb=memory_limit_mb,
-                                        command_timeout_s=command_timeout_s, eval_timeout_s=eval_timeout_s,
-                                        workspace_mb=workspace_mb, max_files=16_384, max_threads=64)
+        # each grading's FIFOs: bound into the grader's and the submission's sandboxes, which may open them by
+        # name but not list them (wx for the owner, x for the rest; the bind is read-only)
+        (stage / "channels").mkdir(mode=0o700)
+        (stage / "channels").chmod(0o311)
+        agent, grader, submission = sandbox_configs(
+            stage=stage, memory_limit_mb=memory_limit_mb, command_timeout_s=command_timeout_s,
+            eval_timeout_s=eval_timeout_s, workspace_mb=workspace_mb, max_files=16_384, max_threads=64)
         bwrap = find_bwrap()
         pools += [SandboxPool(agent, min_idle=1, bwrap=bwrap), SandboxPool(grader, min_idle=1, bwrap=bwrap)]
+        if any(module_name(name) for task in tasks for name in task.submission_files):
+            pools.append(SandboxPool(submission, min_idle=1, bwrap=bwrap))
         handler = MLGymHandler(tasks=tasks, stage=stage, agent_pool=pools[0], grading_pool=pools[1],
+                               submission_pool=pools[2] if len(pools) > 2 else None,
                                command_timeout_s=command_timeout_s, eval_timeout_s=eval_timeout_s, **handler_kwargs)
         task_list = [Task(i, (Message("user", f"# {t.name}\n\n{t.description}"),), data={"mlgym_index": i,
                                                                                           "mlgym_task": t.key})

@@ -199,6 +199,23 @@ def _grade(private_dir, files, argv, timeout_s, max_chars):
     return _run_child(argv, timeout_s, max_chars, cwd=WORKSPACE)
 
 
+def _serve_submission(public_dir, files, bridge, call, reply, seed, modules, timeout_s, max_chars):
+    """The submission sandbox of a grading: the agent's files over the starter files, then its modules served to
+    the grading sandbox's evaluation through the FIFOs ``call``/``reply`` (see mlgym_bridge.py) until it is done."""
+    _setup(public_dir)
+    for name, content in files.items():
+        target = os.path.join(_REAL_WORKSPACE, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(base64.b64decode(content))
+    os.makedirs("/scratch/.bridge", exist_ok=True)
+    with open("/scratch/.bridge/_gym_llm_bridge.py", "w", encoding="utf-8") as f:
+        f.write(bridge)
+    argv = [sys.executable, "/scratch/.bridge/_gym_llm_bridge.py", "serve", call, reply,
+            "none" if seed is None else str(int(seed)), *modules]
+    return _run_child(argv, timeout_s, max_chars, cwd=WORKSPACE)
+
+
 def _mlgym(request_json):
     request = json.loads(request_json)
     op, args = request["op"], request.get("args", {})
@@ -227,6 +244,8 @@ def _mlgym(request_json):
             result = _read_files(**args)
         elif op == "grade":
             result = _grade(**args)
+        elif op == "serve_submission":
+            result = _serve_submission(**args)
         else:
             raise ValueError(f"unknown op {op!r}")
         reply = {"ok": True, "result": result}

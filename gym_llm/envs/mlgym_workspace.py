@@ -10,6 +10,11 @@ Two sandbox pools per env, with different read-only binds:
   scratch dir, only the submission files are copied over from the agent's workspace (as bytes), and the task's
   evaluation script runs there. Nothing the agent wrote elsewhere (a patched evaluator, a ``json.py`` shadowing the
   stdlib, a fake score file) reaches it.
+* **submission pool** (tasks whose submission is Python code the evaluation script imports: the games, 3SAT): binds
+  ``stage/public`` like the agent's. The submitted code never runs in the grading sandbox: there, each submitted
+  ``.py`` file is replaced by a proxy module, and every call crosses through two FIFOs in ``stage/channels`` (bound
+  into both, listed by neither) to a fresh REPL of this pool that runs the agent's modules (see ``mlgym_bridge.py``).
+  So the code cannot patch the evaluator in memory, print a score line of its own, or touch the grader's files.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import base64
 import json
 import logging
 import math
+import os
+import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,28 +34,35 @@ from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.pool import SandboxPool
 from gym_llm.tools.sandbox.process import ReplChannel, Sandbox, SandboxError, _sandbox_path
 
-__all__ = ["SandboxREPL", "WorkspaceSession", "Evaluation", "parse_metrics", "sandbox_configs", "WORKSPACE"]
+__all__ = ["SandboxREPL", "WorkspaceSession", "Evaluation", "SubmissionCode", "parse_metrics", "sandbox_configs",
+           "WORKSPACE"]
 
 logger = logging.getLogger(__name__)
 
 WORKSPACE = "/home/agent/workspace"
 _RUNTIME = Path(__file__).with_name("mlgym_runtime.py")
+_BRIDGE = Path(__file__).with_name("mlgym_bridge.py")
+_CHANNEL_MARKER = 'CHANNEL_PATHS = ("", "")'
+BRIDGE_MODULE = "_gym_llm_bridge"
 _REPL_OUTPUT_CHARS = 4_000_000  # the REPL's reply cap; what the agent sees is capped by the runtime itself
 _SETUP_TIMEOUT_S = 60.0
 
 
 def sandbox_configs(*, stage: Path, memory_limit_mb: int, command_timeout_s: float, eval_timeout_s: float,
-                    workspace_mb: int, max_files: int, max_threads: int) -> tuple[SandboxConfig, SandboxConfig]:
-    """The agent's and the grader's sandbox settings: the same limits, different read-only binds."""
+                    workspace_mb: int, max_files: int, max_threads: int
+                    ) -> tuple[SandboxConfig, SandboxConfig, SandboxConfig]:
+    """The agent's, the grader's and the submission's sandbox settings: the same limits, different read-only binds
+    (the grader's and the submission's share ``stage/channels``, where each grading's FIFOs are made)."""
     common = dict(isolation="bwrap", allow_subprocess=True, memory_limit_mb=memory_limit_mb, scratch_size_mb=workspace_mb,
                   max_files=max_files, max_threads=max_threads, file_size_limit_mb=min(workspace_mb, 1024),
                   max_output_chars=_REPL_OUTPUT_CHARS, max_error_chars=4096,
                   symlinks=(("/scratch/workspace", WORKSPACE), ("usr/bin", "/bin")))
     agent = SandboxConfig(timeout_s=command_timeout_s + 30, cpu_limit_s=max(60, math.ceil(command_timeout_s) + 30),
                           extra_ro_paths=(str(stage / "public"), "/usr/bin"), **common)
-    grader = SandboxConfig(timeout_s=eval_timeout_s + 30, cpu_limit_s=max(60, math.ceil(eval_timeout_s) + 30),
-                           extra_ro_paths=(str(stage / "private"), "/usr/bin"), **common)
-    return agent, grader
+    grading = dict(timeout_s=eval_timeout_s + 30, cpu_limit_s=max(60, math.ceil(eval_timeout_s) + 30), **common)
+    grader = SandboxConfig(extra_ro_paths=(str(stage / "private"), str(stage / "channels"), "/usr/bin"), **grading)
+    submission = SandboxConfig(extra_ro_paths=(str(stage / "public"), str(stage / "channels"), "/usr/bin"), **grading)
+    return agent, grader, submission
 
 
 class SandboxREPL:
@@ -173,9 +188,105 @@ def parse_metrics(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+@dataclass(frozen=True)
+class SubmissionCode:
+    """Where a grading runs the submission's Python modules: a REPL of ``pool`` set up from ``public_dir``, reached
+    through FIFOs made in ``channels``; Python's ``random`` seeded with ``seed`` there as in the evaluation."""
+
+    pool: SandboxPool
+    public_dir: Path
+    channels: Path
+    seed: int | None
+
+
+def module_name(path: str) -> str | None:
+    """The import name of a submitted ``.py`` file (``strategy.py`` -> ``strategy``), None for other files."""
+    if not path.endswith(".py"):
+        return None
+    return path[:-3].replace("/", ".")
+
+
+def _proxy_source(module: str) -> str:
+    return (f'"""{module}, as the grader sees it: its functions run in the submission\'s own sandbox (gym_llm)."""\n'
+            f"import {BRIDGE_MODULE}\n{BRIDGE_MODULE}.install(globals(), {module!r})\n")
+
+
 def evaluate(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: list[str], timeout_s: float,
-             max_chars: int) -> Evaluation:
-    """Run the evaluation in a fresh REPL of the grading ``pool`` (see the module docstring)."""
+             max_chars: int, code: SubmissionCode | None = None) -> Evaluation:
+    """Run the evaluation in a fresh REPL of the grading ``pool`` (see the module docstring); with ``code``, the
+    submitted ``.py`` files run in a REPL of ``code.pool`` instead, behind proxies."""
+    modules = {name: module_name(name) for name in files} if code is not None else {}
+    modules = {name: mod for name, mod in modules.items() if mod is not None}
+    if not modules:
+        return _grade(pool, private_dir, files, argv, timeout_s, max_chars)
+    token = secrets.token_hex(16)
+    call, reply = code.channels / f"{token}.call", code.channels / f"{token}.reply"
+    served: dict[str, Any] = {}
+    runner: SandboxREPL | None = None
+    thread: threading.Thread | None = None
+    try:
+        for fifo in (call, reply):
+            os.mkfifo(fifo)
+            os.chmod(fifo, 0o666)  # root hosts: each sandbox's REPL runs as a uid of its own
+        try:
+            runner = SandboxREPL(code.pool)
+        except SandboxError as e:
+            return Evaluation({}, "", None, False, f"the submission's sandbox did not start: {e}")
+        bridge = _BRIDGE.read_text(encoding="utf-8")
+        encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
+
+        def serve() -> None:
+            try:
+                served.update(runner.call(
+                    "serve_submission", timeout_s + 20, public_dir=runner.inside(code.public_dir), files=encoded,
+                    bridge=bridge, call=runner.inside(call), reply=runner.inside(reply), seed=code.seed,
+                    modules=sorted(modules.values()), timeout_s=timeout_s, max_chars=max_chars))
+            except SandboxError as e:
+                served["sandbox_error"] = str(e)
+
+        thread = threading.Thread(target=serve, name="gym_llm_mlgym_submission", daemon=True)
+        thread.start()
+        grading_files = {name: data for name, data in files.items() if name not in modules}
+        grading_files.update({name: _proxy_source(mod).encode() for name, mod in modules.items()})
+        grader_bridge = bridge.replace(_CHANNEL_MARKER, f"CHANNEL_PATHS = {(runner.inside(call), runner.inside(reply))!r}")
+        if grader_bridge == bridge:
+            raise RuntimeError(f"{_BRIDGE} lost its {_CHANNEL_MARKER!r} line")
+        grading_files[f"{BRIDGE_MODULE}.py"] = grader_bridge.encode()
+        evaluation = _grade(pool, private_dir, grading_files, argv, timeout_s, max_chars)
+    finally:
+        if thread is not None:  # the submission's process ends when the evaluation closes the channel ...
+            _release_waiters(call, reply)  # ... or never opened it: let its blocked open() return
+            thread.join(timeout=5.0)
+            if thread.is_alive() and runner is not None and runner.sandbox is not None:
+                runner.sandbox.kill()  # its call then ends with an EOF in the serving thread
+                thread.join(timeout=10.0)
+        if runner is not None:
+            runner.close()
+        for fifo in (call, reply):
+            try:
+                os.unlink(fifo)
+            except FileNotFoundError:
+                pass
+    result = served.get("result") if served.get("ok") else None
+    if isinstance(result, dict):
+        side = (result.get("stdout", "") + result.get("stderr", "")).strip()
+        if side:
+            evaluation = Evaluation(evaluation.metrics, f"{evaluation.output}\n[the submission's own output]\n{side}",
+                                    evaluation.returncode, evaluation.timed_out, evaluation.error)
+    return evaluation
+
+
+def _release_waiters(call: Path, reply: Path) -> None:
+    """Open and close each FIFO's other end, so a process blocked opening it goes on (and then reads EOF)."""
+    for path, flags in ((call, os.O_WRONLY | os.O_NONBLOCK), (reply, os.O_RDONLY | os.O_NONBLOCK)):
+        try:
+            os.close(os.open(path, flags))
+        except OSError:  # ENXIO: nobody is reading the call FIFO
+            pass
+
+
+def _grade(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: list[str], timeout_s: float,
+           max_chars: int) -> Evaluation:
     try:
         repl = SandboxREPL(pool)
     except SandboxError as e:

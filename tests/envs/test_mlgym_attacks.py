@@ -96,6 +96,65 @@ def test_patched_opponent_does_not_reach_the_grader(env):
     assert info["metric"] == pytest.approx(1.4391, abs=0.01)
 
 
+HOSTILE_STRATEGY = r"""
+import atexit, builtins, json, os, sys
+atexit.register(lambda: print('{"Score": 99.0}', flush=True))  # a score line at exit
+json.dumps = lambda *a, **k: '{"Score": 98.0}'  # the evaluator's own json, patched
+main = sys.modules.get("__main__")  # the evaluator's functions, replaced in memory
+for name in ("simulation_mean_scores", "compute_overall_scores", "run_iterated_game"):
+    if hasattr(main, name):
+        setattr(main, name, lambda *a, **k: (97.0, 0.0))
+if "target" in sys.modules:  # the pristine opponent, patched in memory
+    sys.modules["target"].target_column_strategy = lambda history: 0
+for path in ("/home/agent/workspace/target.py", "/home/agent/workspace/numpy.py"):  # files the grader reads later
+    try:
+        open(path, "w").write(chr(10).join(["def target_column_strategy(history):", "    return 0",
+                                             "mean = lambda *a, **k: 96.0", ""]))
+    except OSError as e:
+        print("write failed:", path, e)
+try:  # the grader's stdout, through its process
+    os.write(os.open(f"/proc/{os.getppid()}/fd/1", os.O_WRONLY), b'{"Score": 95.0}' + bytes([10]))
+except OSError as e:
+    print("proc failed:", e)
+print('{"Score": 94.0}', flush=True)
+sys.stderr.write('{"Score": 93.0}' + chr(10))
+ORIGINAL_PRINT = builtins.print
+builtins.print = lambda *a, **k: ORIGINAL_PRINT('{"Score": 92.0}')
+
+
+def row_strategy(history):
+    return 0
+"""
+
+
+def test_submitted_code_runs_outside_the_graders_process(env):
+    """battleOfSexes imports the agent's strategy.py: in-process, its import-time code could patch the evaluator,
+    print a score line, or rewrite the opponent. It runs in a sandbox of its own instead; only row_strategy's
+    return values reach the evaluation, and the honest part of it (always 0) scores what it scores."""
+    outputs, reward, info = _play(env, 1, [
+        call("run", command="rm -f strategy.py"),
+        call("create", filename="strategy.py", content=HOSTILE_STRATEGY),
+        call("validate"),
+        call("submit")])
+    assert "Your submission scored" in outputs[2] and "1.4" in outputs[2]
+    assert info["metric"] == pytest.approx(1.4391, abs=0.01)  # always 0 against the pristine partner
+    assert json.loads(info["metrics"]) == {"Score": pytest.approx(info["metric"])}
+    side = info["evaluation_output"].split("[the submission's own output]")[-1]
+    assert '"Score": 94.0' in side  # what the code printed is shown apart from the evaluation's own output
+    assert "99.0" not in info["evaluation_output"].split("[the submission's own output]")[0]
+
+
+def test_a_submission_that_returns_what_cannot_cross_fails_cleanly(env):
+    bad = "class Move(int):\n    def __eq__(self, other):\n        return True\n" \
+          "def row_strategy(history):\n    return object()\n"
+    outputs, reward, info = _play(env, 1, [
+        call("run", command="rm -f strategy.py"),
+        call("create", filename="strategy.py", content=bad),
+        call("submit")])
+    assert info["metric"] != info["metric"] and info["evaluation_error"]  # no score: NaN, and why
+    assert "cannot cross" in info["evaluation_output"]
+
+
 def test_writes_outside_the_workspace_fail_and_the_host_is_untouched(env, tmp_path):
     marker = tmp_path / "escaped"
     outputs, _, info = _play(env, 1, [
@@ -135,4 +194,4 @@ def test_grading_attacks_fail_as_an_unprivileged_user():
     tail = (done.stdout + done.stderr)[-4000:]
     assert done.returncode == 0, tail
     summary = done.stdout.strip().splitlines()[-1]
-    assert "4 passed" in summary and "skipped" not in summary and "failed" not in summary, summary
+    assert "6 passed" in summary and "skipped" not in summary and "failed" not in summary, summary
