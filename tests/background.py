@@ -68,14 +68,21 @@ def _start(test_name: str) -> _Job:
     argv, env, cwd = _COMMANDS[test_name](out_dir)
     wrapper = ['sh', '-c', '"$@" >"$GYM_LLM_JOB/stdout.txt" 2>"$GYM_LLM_JOB/stderr.txt"; '
                'echo $? >"$GYM_LLM_JOB/rc.tmp"; mv "$GYM_LLM_JOB/rc.tmp" "$GYM_LLM_JOB/rc"', "sh", *argv]
-    process = subprocess.Popen(wrapper, env={**env, "GYM_LLM_JOB": str(out_dir)}, cwd=cwd, start_new_session=True)
+    process = subprocess.Popen(wrapper, env={**env, "GYM_LLM_JOB": str(out_dir), _NESTED: test_name}, cwd=cwd,
+                               start_new_session=True)
     (out_dir / "pgid").write_text(str(process.pid))
     _JOBS[test_name] = _Job(process, out_dir, stdout, stderr)
     return _JOBS[test_name]
 
 
+_NESTED = "GYM_LLM_BACKGROUND_JOB"  # set in every job's environment: a job never starts jobs of its own
+
+
 def start_selected(items: list) -> None:
-    """Start the registered command of every selected test (called after collection)."""
+    """Start the registered command of every selected test (called after collection and deselection); nothing
+    inside a job (a job that runs pytest again must not start the jobs of the tests it runs)."""
+    if os.environ.get(_NESTED):
+        return
     for item in items:
         name = getattr(item, "originalname", None) or item.name
         if name in _COMMANDS and name not in _JOBS:

@@ -143,9 +143,15 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.xdist_group("vllm"))
         elif module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(module))
+
+
+def pytest_collection_finish(session):
+    """Long subprocesses of the selected tests start now, beside the suite (tests/background.py). Not in
+    ``pytest_collection_modifyitems``: that runs before ``-k``/``-m`` deselect, which would start the jobs of tests
+    that never run (and a job that re-runs its own module with ``-k "not <itself>"`` would start itself again)."""
     from tests import background
 
-    background.start_selected(items)  # long subprocesses of selected tests run beside the suite (tests/background.py)
+    background.start_selected(session.items)
 
 
 class _GroupTagger:
