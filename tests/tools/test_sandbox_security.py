@@ -40,6 +40,20 @@ def env(tool):
     env.close()
 
 
+@pytest.fixture(scope="module")
+def roomy_env():
+    """The same limits with a 30 s wall clock, for code whose CPU work is real (touching 256 MiB of pages):
+    under a loaded suite (and in a KVM guest, where page faults cost more) 1.5 s of wall clock is not enough for it
+    (seen: a timeout instead of the MemoryError on an AMD EPYC, uid 65534, both cores busy)."""
+    tool = PythonTool(timeout_s=30, memory_limit_mb=256, cpu_limit_s=20, max_output_chars=2000, min_idle=1)
+    tool.attach()
+    env = LLMPythonToolEnv(tasks=TASKS, python_tool=tool, max_turns=20, max_observation_chars=1 << 20)
+    env.reset(seed=0)
+    yield env
+    env.close()
+    tool.detach()
+
+
 def run(env, code: str) -> tuple[str, dict]:
     """Step with a reply holding one python block; return the tool message text and the call's info."""
     before = len(env.unwrapped.episode.messages)
@@ -143,7 +157,8 @@ def test_fork_bomb(env):
     assert_next_step_works(env)
 
 
-def test_memory_bomb(env):
+def test_memory_bomb(roomy_env):
+    env = roomy_env
     content, call = run(env, "before = 1\nblob = bytearray(8 * 1024**3)")
     assert call["status"] == "error" and "MemoryError" in content and "memory limit is 256 MiB" in content
     content, call = run(env, "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024**2))")
