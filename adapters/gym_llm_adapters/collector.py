@@ -49,6 +49,7 @@ from gym_llm_adapters.collector_envs import action_length, check_settings, env_m
 from gym_llm_adapters.collector_stats import CollectorStats
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
 from gym_llm_adapters.engines.validate import check_completions
+from gym_llm_adapters.env_spec import register_spec, spec_of_env
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
 from gym_llm_adapters.faults import CollectorBrokenError, HeldBatch, RestartBudget
 from gym_llm_adapters.rollout_io import RolloutWriter
@@ -73,6 +74,7 @@ class _Shard:
     action_length: int
     vocab_size: int | None = None
     env_id: str = ""
+    spec_id: str = ""  # the env's RecordedEnvSpec (gym_llm_adapters.env_spec), stamped on its records
     prompts: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     texts: list[str] = dataclasses.field(default_factory=list)
     builders: list[EpisodeBuilder | None] = dataclasses.field(default_factory=list)
@@ -102,7 +104,8 @@ class Collector:
         overlap: run each shard's ``env.step`` in a background thread while the engine generates for
             the next shard (useful when tools/verifiers are slow).
         writer: a :class:`~gym_llm_adapters.rollout_io.RolloutWriter`; every batch is appended and
-            fsynced before it is yielded.
+            fsynced before it is yielded. The file also gets each env's recipe (:mod:`gym_llm_adapters.env_spec`;
+            every record names it in ``spec_id``), so ``gym-llm replay FILE`` can replay its episodes.
         progress: show a tqdm progress bar (off by default in library use).
         max_batches: stop iterating after this many batches (None: iterate forever).
         tokenizer: for text-mode observations and decoded prompt text (default: ``engine.tokenizer``).
@@ -198,10 +201,22 @@ class Collector:
             spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
             env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
             shards.append(_Shard(env, offset, group_offset, group_size, mode, autoreset, longest_action,
-                                 vocab_size(env, mode), env_id))
+                                 vocab_size(env, mode), env_id, self._record_spec(env, mode, longest_action)))
             offset += int(env.num_envs)
             group_offset += int(env.num_envs) // group_size
         return shards
+
+    def _record_spec(self, env: VectorEnv, mode: str, longest_action: int) -> str:
+        """The id of ``env``'s recipe (what a rollout file records so that its episodes can be replayed:
+        :mod:`gym_llm_adapters.env_spec`), registered for the writers of this process."""
+        try:
+            spec = spec_of_env(env, mode=mode, action_length=longest_action, tokenizer=self.tokenizer)
+        except Exception as e:  # never let bookkeeping stop a collection; those records will not replay
+            logger.warning("Cannot record the spec of %s (%s: %s); its rollouts will not be replayable.",
+                           type(env.unwrapped).__name__, type(e).__name__, e)
+            return ""
+        register_spec(spec)
+        return spec.spec_id
 
     def reset(self, seed: int | None = None, *,
               options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None) -> None:
@@ -502,7 +517,7 @@ class Collector:
         shard.builders[i] = None
         self._observe(shard, i, obs)
         shard.builders[i] = EpisodeBuilder(shard.offset + i, int(info.get("task_id", -1)), shard.group_offset + group,
-                                           round_, shard.prompts[i], shard.env_id)
+                                           round_, shard.prompts[i], shard.env_id, shard.spec_id)
 
     def _observe(self, shard: _Shard, i: int, obs: Any) -> None:
         if shard.mode == "tokens":

@@ -60,15 +60,16 @@ class EpisodeBuilder:
     Args:
         env_index / task_id / group_id / round: where the episode runs and what it is about.
         prompt_ids: the first observation's tokens.
+        env_id / spec_id: the env that runs it and its recorded spec (stamped on every record).
     """
 
     __slots__ = ("env_index", "task_id", "group_id", "round", "prompt_length", "steps", "token_exact", "env_id",
-                 "_ids", "_mask", "_logprobs", "_turn", "_n")
+                 "spec_id", "_ids", "_mask", "_logprobs", "_turn", "_n")
 
     def __init__(self, env_index: int, task_id: int, group_id: int, round_: int, prompt_ids: np.ndarray,
-                 env_id: str = ""):
+                 env_id: str = "", spec_id: str = ""):
         self.env_index, self.task_id, self.group_id, self.round = env_index, task_id, group_id, round_
-        self.env_id = env_id
+        self.env_id, self.spec_id = env_id, spec_id
         self.prompt_length = len(prompt_ids)
         self.steps: list[StepRecord] = []
         self.token_exact = True
@@ -126,7 +127,7 @@ class EpisodeBuilder:
             logprobs=completion.logprobs, reward=float(reward), terminated=bool(terminated),
             truncated=bool(truncated), version=completion.version, prompt_text=prompt_text,
             completion_text=completion.text, finish_reason=completion.finish_reason, info=scalar_info(info),
-            env_id=self.env_id,
+            env_id=self.env_id, spec_id=self.spec_id,
         )
         self.steps.append(record)
         return record
@@ -162,6 +163,7 @@ class EpisodeBuilder:
             rewards=[s.reward for s in self.steps], versions=[s.version for s in self.steps],
             terminated=self.steps[-1].terminated, truncated=self.steps[-1].truncated, steps=self.steps,
             token_exact=self.token_exact, env_index=self.env_index, env_id=self.env_id, turn_tokens=turn_tokens,
+            spec_id=self.spec_id,
         )
 
 

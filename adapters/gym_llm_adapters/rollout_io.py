@@ -16,6 +16,13 @@ Records round-trip exactly: ids as int64, log-probs as float32, masks as int8; a
 (scalars and strings) is kept as JSON text. Every record carries its env id, task id, group id, policy version(s)
 and a ``checksum`` of its tokens, log-probs and rewards; :func:`read_rollouts` drops a record whose checksum or JSON
 does not hold, naming its line, and keeps the rest.
+
+**Env specs.** Records made by the collector name the env that ran them (``spec_id``); before the first record that
+names a spec, the writer writes the spec itself (a :class:`~gym_llm_adapters.env_spec.RecordedEnvSpec`: env id,
+constructor arguments, versions; ``{"kind": "env_spec", ...}``): in JSONL as lines of the same committed batch (the
+commit line counts them in ``"specs"``), in Parquet as a part of its own just before the batch's part. They are what
+:func:`gym_llm_adapters.replay.replay` rebuilds the env from. :func:`iter_rollouts` yields them only with
+``specs=True``; files without specs (older writers, hand-made records) read as before.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 
+from gym_llm_adapters.env_spec import RecordedEnvSpec, known_spec
 from gym_llm_adapters.types import StepRecord, Trajectory
 
 __all__ = ["CorruptRecordError", "RolloutWriter", "read_rollouts", "record_checksum", "record_to_dict",
@@ -104,6 +112,16 @@ def record_from_dict(data: dict[str, Any]) -> Record:
     return record
 
 
+def _item_from_dict(data: dict[str, Any]) -> Record | RecordedEnvSpec:
+    """A record, or an env spec line (``"kind": "env_spec"``)."""
+    if data.get("kind") == "env_spec":
+        try:
+            return RecordedEnvSpec.from_dict(data)
+        except ValueError as e:
+            raise CorruptRecordError(str(e)) from None
+    return record_from_dict(data)
+
+
 def _record_from_dict(data: dict[str, Any]) -> Record:
     kind = data.get("kind")
     if kind == "step":
@@ -156,6 +174,7 @@ class RolloutWriter:
         self.format = _format_of(self.path, format)
         self.batches_written = 0
         self.records_written = 0
+        self._specs_written: set[str] = set()  # env specs this writer has put in the file (module docstring)
         if self.format == "jsonl":
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _drop_partial_line(self.path)
@@ -179,10 +198,13 @@ class RolloutWriter:
         if not records:
             return
         rows = [record_to_dict(r) for r in records]
+        specs = [spec.to_dict() for spec in self._new_specs(records)]
         if self.format == "jsonl":
-            lines = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
+            lines = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in [*specs, *rows]).encode()
             commit = {"kind": "batch", "batch": self.batches_written, "records": len(rows),
                       "sha256": hashlib.sha256(lines).hexdigest()}
+            if specs:
+                commit["specs"] = len(specs)
             payload = lines + (json.dumps(commit, separators=(",", ":")) + "\n").encode()
             start = self._file.seek(0, os.SEEK_END)
             try:
@@ -193,9 +215,28 @@ class RolloutWriter:
                 self._rollback(start)
                 raise
         else:
+            if specs:
+                self._write_part([{"kind": "env_spec", "spec_id": s["spec_id"], "spec": json.dumps(s)} for s in specs])
             self._write_part(rows)
+        self._specs_written.update(s["spec_id"] for s in specs)
         self.batches_written += 1
         self.records_written += len(rows)
+
+    def _new_specs(self, records: Sequence[Record]) -> list[RecordedEnvSpec]:
+        """The env specs that ``records`` name and this writer has not written yet (an unknown id is logged once)."""
+        out: dict[str, RecordedEnvSpec] = {}
+        for record in records:
+            spec_id = getattr(record, "spec_id", "")
+            if not spec_id or spec_id in self._specs_written or spec_id in out:
+                continue
+            spec = known_spec(spec_id)
+            if spec is None:  # records made in another process (a Ray env worker): written without their spec
+                logger.info("%s: records name env spec %s, which this process does not know (they were made "
+                            "elsewhere); `gym-llm replay` cannot replay them.", self.path, spec_id)
+                self._specs_written.add(spec_id)
+                continue
+            out[spec_id] = spec
+        return list(out.values())
 
     def _rollback(self, size: int) -> None:
         try:
@@ -240,9 +281,19 @@ def read_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
     return list(iter_rollouts(path, format=format))
 
 
-def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None) -> Iterator[Record]:
+def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"] | None = None,
+                  specs: bool = False) -> Iterator[Any]:
     """Stream the records of ``path``: in a JSONL file, the records of committed batches (see the module docstring);
-    an uncommitted tail and each torn or corrupt record are skipped with a warning that names the line."""
+    an uncommitted tail and each torn or corrupt record are skipped with a warning that names the line.
+
+    ``specs=True`` also yields the file's env specs (:class:`~gym_llm_adapters.env_spec.RecordedEnvSpec`), each
+    before the records that name it."""
+    for item in _iter_items(path, format):
+        if specs or not isinstance(item, RecordedEnvSpec):
+            yield item
+
+
+def _iter_items(path: str | os.PathLike, format: str | None) -> Iterator[Record | RecordedEnvSpec]:
     path = Path(path)
     fmt = _format_of(path, format)
     if fmt == "jsonl":
@@ -261,7 +312,9 @@ def iter_rollouts(path: str | os.PathLike, *, format: Literal["jsonl", "parquet"
             try:
                 if row.get("kind") == "trajectory":
                     row["steps"] = json.loads(row["steps"])
-                record = record_from_dict(row)
+                elif row.get("kind") == "env_spec":
+                    row = json.loads(row["spec"])
+                record = _item_from_dict(row)
             except (CorruptRecordError, ValueError, KeyError, TypeError) as e:
                 logger.warning("%s: row %d: dropping a corrupt record (%s); the others are kept", part, number, e)
                 continue
@@ -272,7 +325,11 @@ def _is_commit(line: bytes) -> bool:
     return line.startswith(b'{"kind":"batch"')
 
 
-def _iter_jsonl(path: Path) -> Iterator[Record]:
+def _is_spec(line: bytes) -> bool:
+    return line.startswith(b'{"kind":"env_spec"')
+
+
+def _iter_jsonl(path: Path) -> Iterator[Record | RecordedEnvSpec]:
     pending: list[tuple[int, bytes]] = []  # the current batch's record lines (line number, bytes)
     committed_format = False
     with open(path, "rb") as f:
@@ -295,10 +352,11 @@ def _iter_jsonl(path: Path) -> Iterator[Record]:
         yield from _checked_records(path, pending)
 
 
-def _checked_batch(path: Path, number: int, commit_line: bytes, lines: list[tuple[int, bytes]]) -> Iterator[Record]:
+def _checked_batch(path: Path, number: int, commit_line: bytes, lines: list[tuple[int, bytes]]
+                   ) -> Iterator[Record | RecordedEnvSpec]:
     try:
         commit = json.loads(commit_line)
-        expected, digest = int(commit["records"]), str(commit["sha256"])
+        expected, digest = int(commit["records"]) + int(commit.get("specs", 0)), str(commit["sha256"])
     except (ValueError, KeyError, TypeError):
         logger.warning("%s:%d: a corrupt batch commit line; checking its %d records one by one.", path, number, len(lines))
         yield from _checked_records(path, lines)
@@ -309,10 +367,10 @@ def _checked_batch(path: Path, number: int, commit_line: bytes, lines: list[tupl
     yield from _checked_records(path, lines)
 
 
-def _checked_records(path: Path, lines: list[tuple[int, bytes]]) -> Iterator[Record]:
+def _checked_records(path: Path, lines: list[tuple[int, bytes]]) -> Iterator[Record | RecordedEnvSpec]:
     for number, line in lines:
         try:
-            yield record_from_dict(json.loads(line))
+            yield _item_from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError) as e:  # CorruptRecordError is a ValueError
             logger.warning("%s:%d: dropping a corrupt record (%s: %s).", path, number, type(e).__name__, e)
 
@@ -340,6 +398,10 @@ def truncate_rollouts(path: str | os.PathLike, num_records: int) -> int:
                 break
             if line == _HEADER and offset == 0:
                 offset += len(line)
+                continue
+            if _is_spec(line):  # not a record: kept with the batch it opens, if that batch is kept
+                if kept < num_records:
+                    offset += len(line)
                 continue
             if _is_commit(line):
                 if kept <= num_records and not dropped:

@@ -60,6 +60,8 @@ class StepRecord:
         finish_reason: the engine's finish reason.
         info: the sub-env's step info (scalars and strings only; per-token arrays are dropped).
         env_id: the registered id of the env that ran it.
+        spec_id: the :class:`~gym_llm_adapters.env_spec.RecordedEnvSpec` of that env (what a replay rebuilds it
+            from; rollout files hold the spec itself); ``""`` for records made outside the collector or before it.
     """
 
     env_index: int
@@ -79,6 +81,7 @@ class StepRecord:
     finish_reason: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     env_id: str = ""
+    spec_id: str = ""
 
 
 @dataclass(slots=True)
@@ -105,6 +108,7 @@ class Trajectory:
             turns count as context (``policy_mask == 0``); the step records stay exact.
         env_index: the sub-env (of the collector's env list, numbered across shards) that ran it.
         env_id: the registered id of the env that ran it (``"LLMGSM8K-v0"``; its class name if unregistered).
+        spec_id: the env's recorded spec, as in :attr:`StepRecord.spec_id`.
     """
 
     task_id: int
@@ -123,6 +127,7 @@ class Trajectory:
     env_index: int = -1
     env_id: str = ""
     turn_tokens: list[int] | None = None
+    spec_id: str = ""
 
     @property
     def reward(self) -> float:
