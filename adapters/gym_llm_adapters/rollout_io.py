@@ -230,7 +230,7 @@ class RolloutWriter:
             if not spec_id or spec_id in self._specs_written or spec_id in out:
                 continue
             spec = known_spec(spec_id)
-            if spec is None:  # records made in another process (a Ray env worker): written without their spec
+            if spec is None:  # records made in a process whose specs never reached this one: written without
                 logger.info("%s: records name env spec %s, which this process does not know (they were made "
                             "elsewhere); `gym-llm replay` cannot replay them.", self.path, spec_id)
                 self._specs_written.add(spec_id)

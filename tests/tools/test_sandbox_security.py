@@ -17,7 +17,8 @@ import pytest
 from gym_llm.envs.python_tool import LLMPythonToolEnv
 from gym_llm.tools import PythonTool
 
-TIMEOUT_S = 1.5
+TIMEOUT_S = 1.5  # the tests that assert a timeout (quick_env)
+ROOMY_TIMEOUT_S = 20.0  # everything else: no test may depend on the machine being idle
 HOST_SECRET = "gym-llm-host-secret-" + secrets.token_hex(8)
 TASKS = [{"question": "What is 6 times 7?", "answer": "6 * 7 = 42\n#### 42"}]
 
@@ -25,7 +26,8 @@ TASKS = [{"question": "What is 6 times 7?", "answer": "6 * 7 = 42\n#### 42"}]
 @pytest.fixture(scope="module")
 def tool():
     os.environ["GYM_LLM_TEST_HOST_SECRET"] = HOST_SECRET  # in the host env when sandboxes are spawned
-    tool = PythonTool(timeout_s=TIMEOUT_S, memory_limit_mb=256, cpu_limit_s=20, max_output_chars=2000, min_idle=2)
+    tool = PythonTool(timeout_s=ROOMY_TIMEOUT_S, memory_limit_mb=256, cpu_limit_s=20, max_output_chars=2000,
+                      min_idle=2)
     tool.attach()
     yield tool
     tool.detach()
@@ -41,17 +43,22 @@ def env(tool):
 
 
 @pytest.fixture(scope="module")
-def roomy_env():
-    """The same limits with a 30 s wall clock, for code whose CPU work is real (touching 256 MiB of pages):
-    under a loaded suite (and in a KVM guest, where page faults cost more) 1.5 s of wall clock is not enough for it
-    (seen: a timeout instead of the MemoryError on an AMD EPYC, uid 65534, both cores busy)."""
-    tool = PythonTool(timeout_s=30, memory_limit_mb=256, cpu_limit_s=20, max_output_chars=2000, min_idle=1)
+def quick_tool():
+    """For the tests that assert a timeout: a 1.5 s wall clock, so they wait little. Every other test uses the
+    default tool's 20 s: code whose CPU work is real (touching 256 MiB of pages, a ptrace probe in a child, writes)
+    overran 1.5 s under a loaded suite on an AMD EPYC (seen as root and as uid 65534)."""
+    tool = PythonTool(timeout_s=TIMEOUT_S, memory_limit_mb=256, cpu_limit_s=20, max_output_chars=2000, min_idle=1)
     tool.attach()
-    env = LLMPythonToolEnv(tasks=TASKS, python_tool=tool, max_turns=20, max_observation_chars=1 << 20)
+    yield tool
+    tool.detach()
+
+
+@pytest.fixture
+def quick_env(quick_tool):
+    env = LLMPythonToolEnv(tasks=TASKS, python_tool=quick_tool, max_turns=20, max_observation_chars=1 << 20)
     env.reset(seed=0)
     yield env
     env.close()
-    tool.detach()
 
 
 def run(env, code: str) -> tuple[str, dict]:
@@ -157,8 +164,7 @@ def test_fork_bomb(env):
     assert_next_step_works(env)
 
 
-def test_memory_bomb(roomy_env):
-    env = roomy_env
+def test_memory_bomb(env):
     content, call = run(env, "before = 1\nblob = bytearray(8 * 1024**3)")
     assert call["status"] == "error" and "MemoryError" in content and "memory limit is 256 MiB" in content
     content, call = run(env, "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024**2))")
@@ -169,14 +175,16 @@ def test_memory_bomb(roomy_env):
     assert_next_step_works(env)
 
 
-def test_infinite_loop_times_out_and_restarts(env):
+def test_infinite_loop_times_out_and_restarts(quick_env):
+    env = quick_env
     content, call = run(env, "before = 1\nwhile True:\n    pass")
     assert call["status"] == "timeout" and call["duration_s"] >= TIMEOUT_S
     assert f"{TIMEOUT_S:g} s limit" in content and "restarted" in content
     assert_next_step_works(env, fresh=True)
 
 
-def test_cpu_loop_ignoring_signals(env):
+def test_cpu_loop_ignoring_signals(quick_env):
+    env = quick_env
     code = """
 import signal
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGXCPU, signal.SIGALRM, signal.SIGHUP, signal.SIGUSR1):

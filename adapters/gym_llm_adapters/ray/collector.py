@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterator, Mapping
 from gym_llm_adapters.collector import CollectorStats
 from gym_llm_adapters.engines.base import SamplingConfig
 from gym_llm_adapters.engines.validate import EngineOutputError
+from gym_llm_adapters.env_spec import RecordedEnvSpec, register_spec
 from gym_llm_adapters.episodes import GroupBuffer
 from gym_llm_adapters.faults import HeldBatch, RestartBudget, root_cause
 from gym_llm_adapters.ray.engines import EngineGroup
@@ -379,6 +380,8 @@ class RayCollector:
         self._submit_poll(slot)  # the worker kept its state: retry the same step on the new engine
 
     def _absorb(self, slot: _WorkerSlot, report: WorkerReport) -> None:
+        for data in report.env_specs:  # the worker's env recipes: this process's writer stores them for replay
+            register_spec(RecordedEnvSpec.from_dict(data))
         for record in report.records:
             _own_arrays(record)
         slot.inflight = report.inflight

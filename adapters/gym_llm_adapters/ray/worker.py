@@ -23,6 +23,7 @@ from typing import Any, Literal
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.collector_envs import env_mode
 from gym_llm_adapters.engines.base import SamplingConfig
+from gym_llm_adapters.env_spec import known_spec
 from gym_llm_adapters.ray.engines import RemoteEngine
 from gym_llm_adapters.ray.specs import EnvSpec
 from gym_llm_adapters.types import StepRecord, Trajectory
@@ -51,11 +52,15 @@ class WorkerReport:
         records: finished trajectories (episodes mode) or step records (steps mode), in finishing order.
         inflight: episodes running in the worker's sub-envs after this poll (what a crash now would drop).
         stats: increments of the collector counters (``steps``, ``env_steps``, tokens, ``generate_s``, ``env_s``).
+        env_specs: (``start`` only) the recorded specs of the worker's envs (:mod:`gym_llm_adapters.env_spec`, as
+            dicts): the driver registers them, so its writer puts them in the rollout file and ``gym-llm replay``
+            can rebuild the envs.
     """
 
     records: list[Any]
     inflight: int
     stats: dict[str, float]
+    env_specs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class _WorkerCollector(Collector):
@@ -131,7 +136,8 @@ class EnvWorker:
             group_offset=group_offset, tokenizer=tokenizer, record_prompt_text=record_prompt_text)
         self._collector.reset()
         self._reported = {name: 0.0 for name in _FORWARDED_STATS}
-        return WorkerReport([], self._collector.inflight, {})
+        specs = [known_spec(shard.spec_id) for shard in self._collector._shards if shard.spec_id]
+        return WorkerReport([], self._collector.inflight, {}, [spec.to_dict() for spec in specs if spec is not None])
 
     def poll(self, engine: Any, engine_index: int, num_steps: int = 1) -> WorkerReport:
         """Advance ``num_steps`` vector steps with engine actor ``engine``; return what finished.

@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
-                           failing_chat_env, local_chat_env, run_until, variable_chat_env)
+                           failing_chat_env, local_chat_env, reward_fn, run_until, variable_chat_env)
 
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
@@ -36,6 +36,12 @@ def test_ordered_batches_equal_the_local_collectors(ray_cluster, hf_engines, hf_
     assert {t.env_index for t in trajectories} <= set(range(8)) and {t.env_index // 4 for t in trajectories} == {0, 1}
     assert len({len(t.steps) for t in trajectories}) > 1  # multi-turn groups of different lengths came out whole
     assert len(read_rollouts(tmp_path / "rollouts.jsonl")) == 12
+    from gym_llm_adapters.replay import replay
+
+    # the workers' env specs reached the driver's file; the test's reward_fn reached the workers by value (Ray's
+    # pickling), so the spec names it as not recordable and the replay takes it from here
+    report = replay(tmp_path / "rollouts.jsonl", env_kwargs={"reward_fn": reward_fn})
+    assert report.exact and len(report.episodes) == 12, report.summary()
     assert stats.batches == 3 and stats.episodes >= 12 and stats.env_steps >= 6 and stats.generated_tokens > 0
     assert stats.steps >= sum(len(t.steps) for t in trajectories) and stats.worker_restarts == 0
     padded = RolloutBatch.from_trajectories(remote[0], pad_id=tiny_tok.pad_token_id)
