@@ -124,7 +124,10 @@ def gsm8k_server():
     port = free_port()
     command = [sys.executable, "-m", "gym_llm_adapters.cli", "-q", "serve", "LLMGSM8K-v0", "--source", "arithmetic",
                "--port", str(port), "--max-sessions", "40"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # a user's shell, not this worker's environment: vLLM's CPU platform puts torch's libgomp in os.environ's
+    # LD_PRELOAD of any process that imported it (an earlier in-process engine test here), which children inherit
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
