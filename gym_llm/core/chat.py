@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from gym_llm.core.actions import check_text_action, check_token_action
-from gym_llm.core.episode import Episode, Transition
+from gym_llm.core.episode import Episode, ForkError, Transition, fork_resource
 from gym_llm.core.messages import Message
 from gym_llm.core.spaces import UnicodeText, token_space
 from gym_llm.core.tasks import Task
@@ -337,6 +337,30 @@ class ChatEpisode(Episode):
         if self.config.mode == "tokens":
             return self.common.tokenizer.decode(self._ids[: self._n], skip_special_tokens=False)
         return self.common.renderer.render(self.messages, add_generation_prompt=False)
+
+    def fork(self) -> "ChatEpisode":
+        """An independent sibling at this turn (see :meth:`Episode.fork`): the conversation, token buffers and
+        turn are copied; each per-episode resource is forked (a Python tool's REPL with its variables and files,
+        see :meth:`gym_llm.tools.python.PythonSession.fork`) or refused with a :class:`ForkError` naming it
+        (a browser, an MCP server, an MLGym workspace), in which case nothing was forked."""
+        if self.task is None:
+            raise ForkError("fork() needs an episode: call reset() first.")
+        resources: dict[str, Any] = {}
+        try:
+            for key, value in self.resources.items():
+                resources[key] = fork_resource(value, f"this episode's resource {key!r}")
+        except BaseException:
+            for value in resources.values():
+                close = getattr(value, "close", None)
+                if callable(close):
+                    close()
+            raise
+        sibling = object.__new__(type(self))
+        sibling.__dict__.update(self.__dict__)
+        sibling.messages = list(self.messages)
+        sibling._ids, sibling._mask = self._ids.copy(), self._mask.copy()
+        sibling.resources = resources
+        return sibling
 
     def close(self) -> None:
         """Release the handler's per-episode resources (idempotent)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 from typing import Any, Callable
@@ -9,7 +10,7 @@ from typing import Any, Callable
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
-from gym_llm.core.episode import EnvParts, resolve_reset_task
+from gym_llm.core.episode import EnvParts, ForkError, resolve_reset_task
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.tasks import TaskStream
 
@@ -34,6 +35,9 @@ class LLMEnv(ConstructorPickle, gym.Env):
 
     Pickling: an env pickles as its class and constructor arguments and unpickles by being made again
     (:mod:`gym_llm.core.pickling`); the copy needs ``reset()``.
+
+    Forking: :meth:`fork` copies the env at its current step into siblings that share the past and diverge
+    from there (tree search, "retry from turn k"); see ``docs/branching.md``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -124,9 +128,55 @@ class LLMEnv(ConstructorPickle, gym.Env):
             return self._episode.render()
         return None
 
+    def fork(self, k: int = 1) -> list["LLMEnv"]:
+        """``k`` siblings of this env at its current step: each has a copy of the episode (conversation, token
+        buffers, task, reward state, hashes, and the live state of its tools: a Python REPL's variables, imports and
+        files) and of the RNG and task stream, and diverges from here. Stepping a sibling never changes this env or
+        another sibling; closing any of them (this one included) leaves the others working: the shared parts (task
+        source, tool pools) close with the last of them.
+
+        Raises:
+            ForkError: no episode is in progress (call ``reset()``; an ended episode has nothing left to branch),
+                or the episode holds something that cannot be copied (a browser, an MCP server's state, an MLGym
+                workspace: the message names it). Nothing was forked then.
+            ValueError: ``k`` is not an int >= 1.
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"fork(k) takes the number of siblings, an int >= 1, got {k!r}.")
+        if self._needs_reset:
+            raise ForkError("fork() needs an episode in progress: call reset() first (an episode that has ended "
+                            "has no step left to branch from).")
+        siblings: list[LLMEnv] = []
+        try:
+            for _ in range(k):
+                siblings.append(self._sibling(self._episode.fork()))
+        except BaseException:
+            for sibling in siblings:
+                sibling.close()
+            raise
+        return siblings
+
+    def _sibling(self, episode: Any) -> "LLMEnv":
+        users = self.__dict__.setdefault("_parts_users", [1])  # shared by every sibling: the parts close with the last
+        sibling = object.__new__(type(self))
+        sibling.__dict__.update(self.__dict__)
+        sibling._episode = episode
+        sibling._stream = copy.copy(self._stream)
+        sibling._np_random = copy.deepcopy(self._np_random)
+        sibling._closed = False
+        users[0] += 1
+        return sibling
+
     def close(self) -> None:
+        if self.__dict__.get("_closed"):
+            return
+        self._closed = True
         self._episode.close()
-        self.parts.close()
+        users = self.__dict__.get("_parts_users")
+        if users is not None:
+            users[0] -= 1
+        if users is None or users[0] <= 0:
+            self.parts.close()
         super().close()
 
 

@@ -14,6 +14,7 @@ per step, so the scalar and vector envs cannot drift apart:
 from __future__ import annotations
 
 import abc
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -21,7 +22,7 @@ from gymnasium import spaces
 
 from gym_llm.core.tasks import Task, TaskOrder
 
-__all__ = ["Episode", "EnvParts", "Transition"]
+__all__ = ["Episode", "EnvParts", "ForkError", "Transition", "fork_resource"]
 
 
 @dataclass(slots=True)
@@ -33,6 +34,35 @@ class Transition:
     terminated: bool
     truncated: bool
     info: dict[str, Any]
+
+
+class ForkError(NotImplementedError):
+    """An episode (or one of its resources: a tool session, a workspace) cannot be forked; the message says which
+    and why. Nothing was changed: the episode being forked goes on as before."""
+
+
+_PLAIN = (str, bytes, int, float, complex, bool, type(None))
+
+
+def fork_resource(value: Any, where: str) -> Any:
+    """A copy of one of an episode's resources for a forked sibling: objects with a ``fork()`` method are forked
+    (tool sessions), plain data (numbers, strings, containers of them, numpy arrays) is deep-copied, anything else
+    is refused with a :class:`ForkError` naming ``where`` (e.g. ``"resource 'gym_llm.tools'"``)."""
+    if isinstance(value, _PLAIN):
+        return value
+    fork = getattr(value, "fork", None)
+    if callable(fork):
+        return fork()
+    if isinstance(value, dict):
+        return {key: fork_resource(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [fork_resource(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple takes *items
+    if type(value).__module__ == "numpy":
+        return copy.deepcopy(value)
+    raise ForkError(f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which has no fork() method: "
+                    "an episode holding it cannot be forked. Give the class a fork() that returns an independent copy "
+                    "(or raises ForkError saying why it cannot).")
 
 
 class Episode(abc.ABC):
@@ -62,6 +92,13 @@ class Episode(abc.ABC):
 
     def close(self) -> None:
         """Release per-episode resources (e.g. a sandbox)."""
+
+    def fork(self) -> "Episode":
+        """An independent copy of this episode at its current step: the sibling shares the past (task, history,
+        buffers, resources such as a tool's live state) and diverges from here; stepping either never changes the
+        other, and closing either leaves the other working. Raises :class:`ForkError` when the episode (or one of
+        its resources) cannot be copied; the episode is then unchanged."""
+        raise ForkError(f"{type(self).__qualname__} episodes cannot be forked (the class defines no fork()).")
 
 
 @dataclass(kw_only=True)

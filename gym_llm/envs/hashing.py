@@ -10,7 +10,7 @@ from gymnasium.vector import AutoresetMode
 
 from gym_llm.rewards.deadline import DeadlineExceeded
 from gym_llm.core.env import LLMEnv
-from gym_llm.core.episode import EnvParts, Episode, Transition
+from gym_llm.core.episode import EnvParts, Episode, ForkError, Transition
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
 from gym_llm.envs.hashing_state import HashingConfig, HashingCommon, HashingState, TokenChains
@@ -75,6 +75,15 @@ class HashingEpisode(Episode):
     def restore(self, state: HashingState) -> None:
         self.chains.restore(self.row, state)
         self.task = state.task
+
+    def fork(self) -> "HashingEpisode":
+        """An independent sibling in a 1-row chain of its own, with this one's tokens, hash, step count and text
+        (see :meth:`Episode.fork`)."""
+        if self.task is None:
+            raise ForkError("fork() needs an episode: call reset() first.")
+        sibling = HashingEpisode(self.common)
+        sibling.restore(self.state(False))
+        return sibling
 
     def render(self) -> str:
         n = int(self.chains.lengths[self.row])
@@ -311,6 +320,13 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         return self.chains.batch_observation(self.copy), rewards, terminated, truncated, infos
 
     # ------------------------------------------------------------------------ tree search
+    def _copy_episode(self, src: int, dst: list[int]) -> None:  # branch(): the rows live in the shared chains
+        state = self.episodes[src].state(False)
+        for t in dst:
+            self.episodes[t].restore(state)
+            self._task_ids[t] = state.task.task_id
+        self._static_info = None
+
     def _index(self, index: Any) -> int:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.num_envs:
             raise ValueError(f"index must be a sub-env index in [0, {self.num_envs}), got {index!r}.")
@@ -330,3 +346,6 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         self._task_ids[i] = state.task.task_id
         self._static_info = None
         self._done[i] = state.done
+
+
+LLMHashingEnv.Vector = LLMHashingVectorEnv  # its native vector env (a fork of a sub-env is an LLMHashingEnv)

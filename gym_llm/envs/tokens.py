@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, DeadlineExceeded, isolate_hook
 from gym_llm.core.actions import check_text_action, check_token_action
 from gym_llm.core.chat import ChatConfig
-from gym_llm.core.episode import EnvParts, Episode, Transition
+from gym_llm.core.episode import EnvParts, Episode, ForkError, Transition
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.messages import Message
 from gym_llm.core.spaces import UnicodeText, token_space
@@ -201,6 +201,15 @@ class TokensEpisode(Episode):
             except DeadlineExceeded as e:  # the hook ran past its deadline: fail closed, and say so
                 info["reward_error"] = f"DeadlineExceeded: {e}"
         return Transition(self._observation(), reward, terminated, truncated, info)
+
+    def fork(self) -> "TokensEpisode":
+        """An independent sibling at this step (see :meth:`Episode.fork`): the sequence so far is copied."""
+        if self.task is None:
+            raise ForkError("fork() needs an episode: call reset() first.")
+        sibling = object.__new__(type(self))
+        sibling.__dict__.update(self.__dict__)
+        sibling._ids, sibling._mask = self._ids.copy(), self._mask.copy()
+        return sibling
 
     def render(self) -> str:
         if self.common.mode == "text":

@@ -19,6 +19,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from gym_llm.core.chat import ChatEpisode, Response, TurnHandler
+from gym_llm.core.episode import ForkError
 from gym_llm.core.messages import Message
 from gym_llm.tools.base import Tool, ToolCall, ToolResult, ToolSession, check_tools, index_tools, invalid_result
 from gym_llm.tools.parsing import parse_tool_calls
@@ -116,6 +117,23 @@ class ToolSessions:
         except Exception as e:  # a tool's bug must not escape env.step
             logger.exception("tool %r raised on %r", call.name, call)
             return ToolResult(call, f"Error: the {call.name} tool failed: {type(e).__name__}: {e}", "error")
+
+    def fork(self) -> "ToolSessions":
+        """A sibling episode's sessions: each open session forked (see :meth:`gym_llm.core.episode.Episode.fork`);
+        a session that cannot be forked refuses with a :class:`~gym_llm.core.episode.ForkError` naming its tool, and
+        the sessions forked before it are closed."""
+        sibling = ToolSessions()
+        try:
+            for key, session in self._sessions.items():
+                fork = getattr(session, "fork", None)
+                if not callable(fork):
+                    raise ForkError(f"the episode's {type(session).__qualname__} session cannot be forked (it has no "
+                                    "fork()); give the tool's session a fork() or do not fork episodes that use it.")
+                sibling._sessions[key] = fork()
+        except BaseException:
+            sibling.close()
+            raise
+        return sibling
 
     def close(self) -> None:
         sessions, self._sessions = self._sessions, {}

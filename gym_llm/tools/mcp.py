@@ -15,6 +15,7 @@ dead server is restarted on the next call.
 
 from __future__ import annotations
 
+from gym_llm.core.episode import ForkError
 from gym_llm.core.pickling import ConstructorPickle
 import asyncio
 import concurrent.futures
@@ -221,6 +222,13 @@ class MCPTool(ConstructorPickle):
 
     def close(self) -> None:
         """Per-episode close: nothing to release (the connection lives until the last detach)."""
+
+    def fork(self) -> "MCPTool":
+        """Refused: an MCP server's state lives in its own process, shared by every episode, and the protocol has no
+        way to copy it, so a sibling could not diverge from its parent."""
+        raise ForkError(f"an episode that has called the MCP tool {self.command!r} cannot be forked: the server's "
+                        "state lives in its own process, shared by every episode, and MCP has no way to copy it. "
+                        "Fork before the first MCP call, or use a tool whose state the env holds (e.g. PythonTool).")
 
     # ---------------------------------------------------------------------------------- calls
     def _live_connection(self) -> _Connection:

@@ -177,7 +177,12 @@ class PythonTool(ConstructorPickle):
 
 
 class PythonSession:
-    """One episode's REPL: started on the first call, restarted after a crash or timeout, ended on close."""
+    """One episode's REPL: started on the first call, restarted after a crash or timeout, ended on close.
+
+    Attributes:
+        fork_exact: after :meth:`fork`, whether re-running the parent's calls in the sibling's REPL gave back what
+            they gave the parent (None until the sibling's first call rebuilt its state; True without a fork).
+    """
 
     def __init__(self, tool: PythonTool):
         self.tool = tool
@@ -186,6 +191,28 @@ class PythonSession:
         self._pool: SandboxPool | None = None  # the pool the sandbox came from (outlives a detach)
         self._channel: ReplChannel | None = None
         self._oom_kills = 0  # the sandbox cgroup's count when this REPL started
+        # The calls that built the live REPL's state, (code, status, output, error) each: what a fork re-runs.
+        self._history: list[tuple[str, str, str, str]] = []
+        self._replay: list[tuple[str, str, str, str]] = []  # a fork's calls still to re-run before its first own
+        self.fork_exact: bool | None = True
+        self._note = ""  # said before the next result (a fork whose state could not be rebuilt)
+
+    def fork(self) -> "PythonSession":
+        """A sibling session whose REPL holds the same state — variables, imports, files in its scratch dir — and
+        diverges from here, in a sandbox of its own (as isolated from this one as two episodes are: another
+        process tree, pid/mount/IPC namespaces, uid, scratch tmpfs).
+
+        How: the sibling's first call starts a fresh REPL and first re-runs, in order, the calls that built this
+        REPL's state (those since its last restart), then runs its own. Cheap to take (nothing runs until the
+        sibling is used); the rebuild costs what those calls cost. Exact when the code is deterministic; code that
+        reads the clock, unseeded randomness or ``id()``s rebuilds a different state: each re-run call's output is
+        compared with what it printed the first time and :attr:`fork_exact` says whether all matched (a mismatch is
+        logged). A copy-on-write fork of the live process is not possible from outside a sandboxed REPL that has run
+        model code (docs/branching.md says why)."""
+        sibling = PythonSession(self.tool)
+        sibling._replay = [*self._replay, *self._history]
+        sibling.fork_exact = None if sibling._replay else True
+        return sibling
 
     def run(self, call: ToolCall) -> ToolResult:
         code = call.arguments.get("code") if isinstance(call.arguments, dict) else None
@@ -207,10 +234,13 @@ class PythonSession:
                 reply = self._ensure_channel().execute(code)
             except SandboxError as e:
                 return ToolResult(call, f"Error: the Python sandbox is unavailable ({e}).", "crashed")
+        if reply.status in ("ok", "error"):
+            self._history.append((code, reply.status, reply.output, reply.error))
         why = self._restart(reply.wait_status) if reply.status in ("timeout", "crashed", "dead") else ""
         if reply.status == "crashed" and reply.error:  # the relay said why (e.g. the reply channel was tampered with)
             why = reply.error
         result = self._result(call, reply, why)
+        note, self._note = self._note + note, ""
         if note:
             result = ToolResult(call, note + result.content, result.status, result.duration_s, result.truncated)
         return result
@@ -225,6 +255,8 @@ class PythonSession:
             try:
                 self._channel = self._sandbox.start_repl()
                 self._oom_kills = self._sandbox.cgroup.oom_kills() if self._sandbox.cgroup is not None else 0
+                if self._replay:
+                    self._channel = self._rebuild(self._channel)
                 return self._channel
             except SandboxError:
                 self._pool.release(self._sandbox, reusable=False)
@@ -233,11 +265,39 @@ class PythonSession:
                     raise
         raise AssertionError("unreachable")
 
+    def _rebuild(self, channel: ReplChannel) -> ReplChannel:
+        """A fork's first REPL: re-run the parent's calls (see :meth:`fork`). A call that does not finish when
+        re-run (a timeout under load, a crash) leaves the sibling a fresh REPL, and its next result says so."""
+        replay, self._replay = self._replay, []
+        self._history = []
+        exact = True
+        for index, (code, status, output, error) in enumerate(replay):
+            reply = channel.execute(code)
+            if reply.status not in ("ok", "error"):
+                logger.warning("rebuilding a forked Python session: call %d of %d ended with %s when re-run",
+                               index + 1, len(replay), reply.status)
+                self.fork_exact = False
+                self._history = []
+                self._sandbox.end_repl(channel)
+                self._note = (f"[This interpreter was forked from another one; re-running the earlier calls to copy "
+                              f"its state failed at call {index + 1} ({reply.status}): this code ran in a fresh "
+                              "interpreter, so variables, imports and files from earlier calls are lost.]\n")
+                return self._sandbox.start_repl()
+            self._history.append((code, reply.status, reply.output, reply.error))
+            if exact and (reply.status, reply.output, reply.error) != (status, output, error):
+                logger.warning("a forked Python session's call %d of %d printed something else when re-run "
+                               "(code that reads the clock or unseeded randomness): the sibling's state may "
+                               "differ from its parent's", index + 1, len(replay))
+                exact = False
+        self.fork_exact = exact
+        return channel
+
     def _restart(self, wait_status: int | None = None) -> str:
         """End the broken REPL; the next call forks a fresh one. Returns why it ended (``wait_status``: how the
         REPL ended, when its relay saw it)."""
         sandbox, channel = self._sandbox, self._channel
         self._channel = None
+        self._history = []  # the state those calls built is gone
         status = sandbox.end_repl(channel)
         out_of_memory = sandbox.cgroup is not None and sandbox.cgroup.oom_kills() > self._oom_kills
         if not sandbox.alive or self.config.allow_subprocess:  # leftover processes: use a fresh sandbox

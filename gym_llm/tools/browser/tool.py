@@ -8,6 +8,7 @@ the next episode), closed when the episode ends; the browser closes with the env
 
 from __future__ import annotations
 
+from gym_llm.core.episode import ForkError
 from gym_llm.core.pickling import ConstructorPickle
 import asyncio
 import importlib.util
@@ -237,6 +238,13 @@ class BrowserSession:
         text = (f"{note}{tab.take_notes()}Error: {call_name(self.tool, action)} did not finish within the "
                 f"{self.config.timeout_s:g} s limit and was stopped.")
         return text + (f" {recovered}" if recovered else "")
+
+    def fork(self) -> "BrowserSession":
+        """Refused: a page's live state (DOM, JavaScript heap, cookies, the site's own server-side session) cannot
+        be copied into a second browser context."""
+        raise ForkError("an episode that has used the browser tool cannot be forked: a page's live state (DOM, "
+                        "JavaScript heap, the site's server-side session) cannot be copied into another browser "
+                        "context. Fork before the first browser call.")
 
     def close(self) -> None:
         runtime, tab = self._runtime, self._tab
