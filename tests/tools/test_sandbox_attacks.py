@@ -29,7 +29,8 @@ from gym_llm.tools import PythonTool
 from gym_llm.tools.base import ToolCall
 from gym_llm.tools.sandbox.process import cgroup_support
 
-TIMEOUT_S = 3.0
+# No attack here is meant to reach the wall clock: it is roomy, so a loaded machine cannot turn an answer into a timeout
+TIMEOUT_S = 10.0
 MEMORY_MB = 256
 MAX_THREADS = 32
 SCRATCH_MB = 8
