@@ -21,7 +21,6 @@ terminal step's. Every batch is then all live episodes, which is what LLM batchi
 
 from __future__ import annotations
 
-import copy
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from operator import itemgetter
@@ -34,8 +33,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gym_llm.core.pickling import ConstructorPickle
-from gym_llm.core.env import TASK_SEED_BOUND, VECTOR_ARGUMENTS, LLMEnv
-from gym_llm.core.episode import EnvParts, Episode, ForkError, resolve_reset_task
+from gym_llm.core.branching import BranchingMixin
+from gym_llm.core.env import TASK_SEED_BOUND
+from gym_llm.core.episode import EnvParts, Episode, resolve_reset_task
 from gym_llm.core.spaces import UnicodeText
 from gym_llm.core.tasks import TaskStream
 
@@ -147,7 +147,7 @@ def add_note(exc: BaseException, note: str) -> None:
     elif exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]} ({note})", *exc.args[1:])
 
-class LLMVectorEnv(ConstructorPickle, VectorEnv):
+class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
     """Native vector env over an :class:`~gym_llm.core.episode.EnvParts`.
 
     Args:
@@ -431,110 +431,6 @@ class LLMVectorEnv(ConstructorPickle, VectorEnv):
         if self._text_obs:
             return tuple(observations)
         return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
-
-    # ------------------------------------------------------------------------------- branching
-    def branch(self, source: int, targets: Sequence[int]):
-        """Make sub-envs ``targets`` continue sub-env ``source``'s episode: each gets a fork of it (see
-        :meth:`gym_llm.core.episode.Episode.fork`: history, buffers, task and tool state copied; then they diverge)
-        in place of its own episode, which is closed. The targets keep their group id and their own task stream
-        (their next reset draws as before). E.g. ``k`` continuations of one prompt at turn ``t``: step, then
-        ``branch(i, [j1, ..., jk])``, then step them all.
-
-        Returns:
-            The batch observation (the targets' rows now equal the source's).
-
-        Raises:
-            ValueError: a bad index, a target equal to the source or repeated, or a source whose episode has
-                ended (reset it first). ForkError: the episode cannot be forked (the message names what).
-                Nothing changes in any of these cases.
-        """
-        if not self._started:
-            raise ResetNeeded("branch() needs a started env: call envs.reset() first.")
-        src = self._sub_env_index(source, "source")
-        if isinstance(targets, (int, np.integer)) or not hasattr(targets, "__iter__"):
-            raise TypeError(f"targets must be a sequence of sub-env indices, got {type(targets).__name__}; "
-                            f"e.g. envs.branch({src}, [{(src + 1) % self.num_envs}]).")
-        dst = [self._sub_env_index(t, "target") for t in targets]
-        if src in dst or len(set(dst)) != len(dst):
-            raise ValueError(f"branch({src}, {dst}): targets must be distinct and differ from the source.")
-        if self._done[src]:
-            raise ValueError(f"{self.where(src)} has ended (autoreset is off): there is no step to branch from; "
-                             "reset it first.")
-        self._copy_episode(src, dst)
-        for t in dst:
-            self._done[t] = False
-            self._last_obs[t] = self._last_obs[src]
-        return self._batch(self._last_obs)
-
-    def _copy_episode(self, src: int, dst: list[int]) -> None:
-        """Put forks of sub-env ``src``'s episode in sub-envs ``dst`` (all or none: a failed fork changes nothing)."""
-        forks: list[Episode] = []
-        try:
-            for _ in dst:
-                forks.append(self.episodes[src].fork())
-        except BaseException:
-            for episode in forks:
-                episode.close()
-            raise
-        for t, episode in zip(dst, forks):
-            old, self.episodes[t] = self.episodes[t], episode
-            old.close()
-
-    def fork(self, index: int, k: int = 1) -> list[LLMEnv]:
-        """``k`` scalar envs (:class:`~gym_llm.core.env.LLMEnv`) that continue sub-env ``index``'s episode from its
-        current step, as :meth:`LLMEnv.fork <gym_llm.core.env.LLMEnv.fork>` does for a scalar env: they share this
-        env's parts (task source, tools), which close with the last of this env and its forks. This env goes on
-        unchanged."""
-        i = self._sub_env_index(index, "index")
-        if not self._started or self._done[i]:
-            raise ForkError(f"fork() needs an episode in progress in {self.where(i)}: reset it first.")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"fork(index, k) takes the number of siblings, an int >= 1, got {k!r}.")
-        users = self.__dict__.setdefault("_parts_users", [1])
-        envs: list[LLMEnv] = []
-        try:
-            scalar, constructor = self._scalar_constructor()
-            for _ in range(k):
-                env = object.__new__(scalar)
-                if constructor is not None:  # pickles as its scalar env made again (needs reset, like any unpickled env)
-                    env.__dict__["_constructor"] = constructor
-                env.parts, env.render_mode = self.parts, self.render_mode
-                env.observation_space, env.action_space = self.single_observation_space, self.single_action_space
-                env._episode = self._forked_episode(i)
-                env._stream, env._round, env._needs_reset = copy.copy(self._streams[i]), self._rounds[i], False
-                env._np_random = copy.deepcopy(self._rngs[i])
-                env._parts_users, env._closed = users, False
-                users[0] += 1
-                envs.append(env)
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
-        return envs
-
-    def _forked_episode(self, i: int) -> Episode:
-        return self.episodes[i].fork()
-
-    def _scalar_constructor(self) -> tuple[type, tuple | None]:
-        """The scalar env class whose native vector env this is, and the constructor record a fork of a sub-env
-        pickles as (this env's arguments less the vector ones); ``(LLMEnv, None)`` when no class declares it."""
-        def subclasses(cls: type):
-            for sub in cls.__subclasses__():
-                yield sub
-                yield from subclasses(sub)
-
-        scalar = next((cls for cls in subclasses(LLMEnv) if cls.__dict__.get("Vector") is type(self)), None)
-        recorded = self.__dict__.get("_constructor")
-        if scalar is None or recorded is None or recorded[0] is not type(self):
-            return scalar or LLMEnv, None
-        kwargs = {key: value for key, value in recorded[2].items() if key not in VECTOR_ARGUMENTS}
-        return scalar, (scalar, (), kwargs)
-
-    def _sub_env_index(self, index: Any, what: str) -> int:
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) \
-                or not 0 <= index < self.num_envs:
-            raise ValueError(f"{what} must be a sub-env index in [0, {self.num_envs}), got {index!r}.")
-        return int(index)
 
     # ---------------------------------------------------------------------------------- others
     def render(self) -> tuple[str, ...] | None:
