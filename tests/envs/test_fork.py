@@ -240,3 +240,15 @@ def test_tools_that_cannot_fork_refuse_naming_why_and_nothing_leaks():
     before_mcp.close()
     env.close()
     assert python._pool is None  # the refused fork left no sandbox leased
+
+
+def test_a_browser_session_refuses_to_fork_naming_why():
+    from gym_llm.tools import PythonTool
+    from gym_llm.tools.browser.tool import BrowserTool
+    from gym_llm.tools.handler import ToolSessions
+
+    python, browser = PythonTool(min_idle=0), BrowserTool()
+    sessions = ToolSessions()
+    sessions._sessions = {id(python): python.open_session(), id(browser): browser.open_session()}
+    with pytest.raises(ForkError, match="browser tool cannot be forked"):
+        sessions.fork()
