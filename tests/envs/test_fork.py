@@ -252,3 +252,26 @@ def test_a_browser_session_refuses_to_fork_naming_why():
     sessions._sessions = {id(python): python.open_session(), id(browser): browser.open_session()}
     with pytest.raises(ForkError, match="browser tool cannot be forked"):
         sessions.fork()
+
+
+def test_fork_resource_copies_plain_data_forks_what_can_and_names_what_cannot():
+    from gym_llm.core.episode import fork_resource
+
+    class Forkable:
+        def __init__(self, n):
+            self.n = n
+
+        def fork(self):
+            return Forkable(self.n + 1)
+
+    state = {"n": [1, 2], "arr": np.arange(3), "tool": Forkable(1), "t": (1, "a")}
+    copy = fork_resource(state, "resource 'x'")
+    copy["n"].append(3)
+    copy["arr"][0] = 9
+    assert state["n"] == [1, 2] and state["arr"][0] == 0 and copy["tool"].n == 2 and copy["t"] == (1, "a")
+
+    class Workspace:  # e.g. an MLGym workspace: a sandbox of files and processes
+        pass
+
+    with pytest.raises(ForkError, match=r"resource 'x'\['workspace'\] is a .*Workspace, which has no fork"):
+        fork_resource({"started": 1.0, "workspace": Workspace()}, "resource 'x'")
