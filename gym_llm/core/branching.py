@@ -14,18 +14,43 @@ from gymnasium.error import ResetNeeded
 from gym_llm.core.env import VECTOR_ARGUMENTS, LLMEnv
 from gym_llm.core.episode import Episode, ForkError
 
-__all__ = ["BranchingMixin"]
+__all__ = ["BranchingMixin", "SubEnvSnapshot"]
+
+
+class SubEnvSnapshot:
+    """A sub-env's episode at one step, forked and held outside the batch (:meth:`BranchingMixin.snapshot`)."""
+
+    __slots__ = ("episode", "observation", "index")
+
+    def __init__(self, episode: Episode, observation: Any, index: int):
+        self.episode, self.observation, self.index = episode, observation, index
+
+    def close(self) -> None:
+        """Release what the fork holds (a lazily forked tool session, a sandbox)."""
+        self.episode.close()
 
 
 class BranchingMixin:
     """``branch`` and ``fork`` of :class:`~gym_llm.core.vector.LLMVectorEnv` (see the module docstring)."""
 
-    def branch(self, source: int, targets: Sequence[int]):
-        """Make sub-envs ``targets`` continue sub-env ``source``'s episode: each gets a fork of it (see
-        :meth:`gym_llm.core.episode.Episode.fork`: history, buffers, task and tool state copied; then they diverge)
-        in place of its own episode, which is closed. The targets keep their group id and their own task stream
-        (their next reset draws as before). E.g. ``k`` continuations of one prompt at turn ``t``: step, then
-        ``branch(i, [j1, ..., jk])``, then step them all.
+    PAUSABLE = True
+    """Whether :meth:`pause` is supported (the hashing env's own batched step does not)."""
+
+    def snapshot(self, index: int) -> "SubEnvSnapshot":
+        """A fork of sub-env ``index``'s episode at its current step, held outside the batch: pass it to
+        :meth:`branch` later to continue from this point (e.g. the state before a step that ended the episode).
+        Close it with ``snapshot.close()`` when it is not used."""
+        i = self._sub_env_index(index, "index")
+        if not self._started or self._done[i]:
+            raise ForkError(f"snapshot() needs an episode in progress in {self.where(i)}.")
+        return SubEnvSnapshot(self._forked_episode(i), self._last_obs[i], i)
+
+    def branch(self, source: "int | SubEnvSnapshot", targets: Sequence[int]):
+        """Make sub-envs ``targets`` continue sub-env ``source``'s episode (or a :meth:`snapshot`'s): each gets a
+        fork of it (see :meth:`gym_llm.core.episode.Episode.fork`: history, buffers, task and tool state copied;
+        then they diverge) in place of its own episode, which is closed. The targets keep their group id and their
+        own task stream (their next reset draws as before). E.g. ``k`` continuations of one prompt at turn ``t``:
+        step, then ``branch(i, [j1, ..., jk])``, then step them all.
 
         Returns:
             The batch observation (the targets' rows now equal the source's).
@@ -37,28 +62,32 @@ class BranchingMixin:
         """
         if not self._started:
             raise ResetNeeded("branch() needs a started env: call envs.reset() first.")
-        src = self._sub_env_index(source, "source")
+        if isinstance(source, SubEnvSnapshot):
+            src, episode, observation = source.index, source.episode, source.observation
+        else:
+            src = self._sub_env_index(source, "source")
+            if self._done[src]:
+                raise ValueError(f"{self.where(src)} has ended (autoreset is off): there is no step to branch from; "
+                                 "reset it first.")
+            episode, observation = self.episodes[src], self._last_obs[src]
         if isinstance(targets, (int, np.integer)) or not hasattr(targets, "__iter__"):
             raise TypeError(f"targets must be a sequence of sub-env indices, got {type(targets).__name__}; "
                             f"e.g. envs.branch({src}, [{(src + 1) % self.num_envs}]).")
         dst = [self._sub_env_index(t, "target") for t in targets]
-        if src in dst or len(set(dst)) != len(dst):
+        if (src in dst and not isinstance(source, SubEnvSnapshot)) or len(set(dst)) != len(dst):
             raise ValueError(f"branch({src}, {dst}): targets must be distinct and differ from the source.")
-        if self._done[src]:
-            raise ValueError(f"{self.where(src)} has ended (autoreset is off): there is no step to branch from; "
-                             "reset it first.")
-        self._copy_episode(src, dst)
+        self._copy_episode(episode, dst)
         for t in dst:
             self._done[t] = False
-            self._last_obs[t] = self._last_obs[src]
+            self._last_obs[t] = observation
         return self._batch(self._last_obs)
 
-    def _copy_episode(self, src: int, dst: list[int]) -> None:
-        """Put forks of sub-env ``src``'s episode in sub-envs ``dst`` (all or none: a failed fork changes nothing)."""
+    def _copy_episode(self, source: Episode, dst: list[int]) -> None:
+        """Put forks of ``source`` in sub-envs ``dst`` (all or none: a failed fork changes nothing)."""
         forks: list[Episode] = []
         try:
             for _ in dst:
-                forks.append(self.episodes[src].fork())
+                forks.append(source.fork())
         except BaseException:
             for episode in forks:
                 episode.close()
@@ -66,6 +95,25 @@ class BranchingMixin:
         for t, episode in zip(dst, forks):
             old, self.episodes[t] = self.episodes[t], episode
             old.close()
+
+    def pause(self, indices: Sequence[int]) -> None:
+        """Hold sub-envs ``indices``: :meth:`step` leaves them as they are (their action is ignored; their row
+        repeats the last observation with reward 0, not ended, and an empty info) until :meth:`unpause`. How a
+        tree rollout keeps sub-envs waiting for a branch point without playing throwaway turns."""
+        if not self.PAUSABLE:
+            raise NotImplementedError(f"{type(self).__name__} cannot pause sub-envs.")
+        for i in indices:
+            self._paused[self._sub_env_index(i, "index")] = True
+
+    def unpause(self, indices: Sequence[int]) -> None:
+        """Step sub-envs ``indices`` again (see :meth:`pause`)."""
+        for i in indices:
+            self._paused[self._sub_env_index(i, "index")] = False
+
+    @property
+    def paused(self) -> np.ndarray:
+        """``(N,)`` bool: the sub-envs :meth:`step` leaves as they are (a copy)."""
+        return self._paused.copy()
 
     def fork(self, index: int, k: int = 1) -> list[LLMEnv]:
         """``k`` scalar envs (:class:`~gym_llm.core.env.LLMEnv`) that continue sub-env ``index``'s episode from its

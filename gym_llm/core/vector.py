@@ -215,6 +215,7 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
         self._rounds: list[int] = [-1] * self.num_envs
         self._group_ids: list[int] = [i // self.group_size for i in range(self.num_envs)]
         self._done = np.ones(self.num_envs, dtype=bool)  # needs a reset before any step
+        self._paused = np.zeros(self.num_envs, dtype=bool)  # left as they are by step() (BranchingMixin.pause)
         self._started = False
         self._last_obs: list[Any] = [None] * self.num_envs
         if num_workers is None and parts.respond_workers is not None:
@@ -344,7 +345,7 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
                 f"Sub-envs {np.flatnonzero(~live).tolist()} have ended and autoreset is disabled; "
                 "reset them with envs.reset(options={'reset_mask': mask})."
             )
-        live_ids = live.nonzero()[0].tolist()
+        live_ids = (live & ~self._paused).nonzero()[0].tolist()
         episodes = self.episodes
         checked: list[Any] = [None] * self.num_envs
         for i in live_ids:  # validate every action before any sub-env changes
@@ -385,7 +386,11 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
         info_list: list[dict[str, Any] | None] = [None] * N
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         group_ids, rounds = self._group_ids, self._rounds
+        paused = self._paused.tolist()
         for i, episode in enumerate(self.episodes):
+            if paused[i]:  # left as it is: the last observation again, reward 0, an empty info
+                observations[i] = self._last_obs[i]
+                continue
             if not live[i]:  # NEXT_STEP: this step resets the sub-env that ended last step
                 observations[i], info_list[i] = self._start(i, None)
                 self._done[i] = False

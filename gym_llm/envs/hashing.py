@@ -320,8 +320,10 @@ class LLMHashingVectorEnv(LLMVectorEnv):
         return self.chains.batch_observation(self.copy), rewards, terminated, truncated, infos
 
     # ------------------------------------------------------------------------ tree search
-    def _copy_episode(self, src: int, dst: list[int]) -> None:  # branch(): the rows live in the shared chains
-        state = self.episodes[src].state(False)
+    PAUSABLE = False  # the batched step below always appends a token to every live row
+
+    def _copy_episode(self, source: HashingEpisode, dst: list[int]) -> None:  # branch(): rows of the shared chains
+        state = source.state(False)
         for t in dst:
             self.episodes[t].restore(state)
             self._task_ids[t] = state.task.task_id

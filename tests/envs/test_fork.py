@@ -275,3 +275,35 @@ def test_fork_resource_copies_plain_data_forks_what_can_and_names_what_cannot():
 
     with pytest.raises(ForkError, match=r"resource 'x'\['workspace'\] is a .*Workspace, which has no fork"):
         fork_resource({"started": 1.0, "workspace": Workspace()}, "resource 'x'")
+
+
+@pytest.mark.parametrize("mode", ["text", "tokens"])
+def test_paused_sub_envs_are_left_as_they_are_and_a_snapshot_branches_later(mode):
+    kwargs = make_kwargs("LLMChat-v0", mode)
+    text = mode == "text"
+    envs = gym.make_vec("LLMChat-v0", num_envs=3, vectorization_mode="vector_entry_point", **kwargs).unwrapped
+    single = gym.make("LLMChat-v0", **kwargs).unwrapped
+    obs, info = envs.reset(seed=4, options={"task_id": 0})
+    envs.pause([1, 2])
+    snap = envs.snapshot(0)  # sub-env 0 before its first turn
+    acts = _actions(single, 1, 3)
+    obs2, reward, terminated, truncated, info2 = envs.step(_stack(acts, text))
+    for i in (1, 2):  # untouched: same observation, nothing happened
+        assert _same(_row(obs2, i, text), _row(obs, i, text)) and reward[i] == 0 and not terminated[i]
+        assert envs.episodes[i].turn == 0
+    assert envs.episodes[0].turn == 1 and list(envs.paused) == [False, True, True]
+    envs.branch(snap, [1, 2])  # 1 and 2 start from sub-env 0's state before its turn
+    snap.close()
+    envs.unpause([1, 2])
+    obs3 = envs.step(_stack(acts, text))[0]
+    fresh = gym.make("LLMChat-v0", **kwargs).unwrapped
+    fresh.reset(options={"task_id": 0})
+    want = _run(fresh, [acts[1]])[-1][0]
+    assert _same(_row(obs3, 1, text), want)  # row 1 played acts[1] from the snapshot's state
+    for e in (envs, single, fresh):
+        e.close()
+    hashing = gym.make_vec("LLMHashing-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                           vocab_size=50, prompts=[[1, 2]]).unwrapped
+    with pytest.raises(NotImplementedError):
+        hashing.pause([0])
+    hashing.close()
