@@ -47,6 +47,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from gym_llm_adapters.collector_envs import action_length, check_settings, env_mode, obs_at, token_ids, vocab_size
 from gym_llm_adapters.collector_stats import CollectorStats
+from gym_llm_adapters.collector_tree import TreeState, check_tree_envs
 from gym_llm_adapters.engines.base import Engine, SamplingConfig
 from gym_llm_adapters.engines.validate import check_completions
 from gym_llm_adapters.env_spec import register_spec, spec_of_env
@@ -80,6 +81,7 @@ class _Shard:
     builders: list[EpisodeBuilder | None] = dataclasses.field(default_factory=list)
     pending_reset: np.ndarray | None = None
     idle: np.ndarray | None = None  # run_episodes: sub-envs whose one episode has ended
+    tree: TreeState | None = None  # branch_turn: the tree groups' bookkeeping (collector_tree)
     future: Future | None = None
     inflight: dict[int, Completion] | None = None
 
@@ -113,6 +115,10 @@ class Collector:
             (text mode always keeps the observation text).
         max_env_restarts: restarts from a fresh reset allowed per env (shard) after its step or reward raised
             (module docstring, "Failures"); 0 refuses at the first failure.
+        branch_turn: tree rollouts (:mod:`gym_llm_adapters.collector_tree`): each group's first member plays alone
+            for ``branch_turn`` turns, then the group's other members continue forks of its episode, so a group's
+            trajectories share those turns (``Trajectory.shared_turns``; context, not trained) and GRPO compares
+            continuations of one state. Needs gym_llm's native vector envs with ``group_size >= 2``, episodes mode.
 
     Iterate it (``for batch in collector``) or call :meth:`next_batch`; a batch is a
     ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode). :meth:`run_episodes` instead
@@ -135,9 +141,14 @@ class Collector:
         tokenizer: Any = None,
         record_prompt_text: bool = True,
         max_env_restarts: int = 3,
+        branch_turn: int | None = None,
     ):
         env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
         check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
+        if branch_turn is not None:
+            check_tree_envs(env_list, branch_turn, mode="episodes" if episodes_per_batch is not None else "steps",
+                            overlap=overlap)
+        self.branch_turn = branch_turn
         self.engine = engine
         self.sampling = sampling
         self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
@@ -256,6 +267,10 @@ class Collector:
         shard.pending_reset = np.zeros(shard.num_envs, dtype=bool)
         for i in range(shard.num_envs):
             self._start_episode(shard, i, obs_at(observations, i), info_at(infos, i))
+        if self.branch_turn is not None:
+            if shard.tree is None:
+                shard.tree = TreeState(self.branch_turn, shard.group_size, shard.num_envs)
+            shard.tree.start(shard)
 
     def _failed(self, shard: _Shard, cause: BaseException) -> None:
         """A fault after ``shard``'s envs were stepped: restart the shard (dropping what it had in flight) within the
@@ -347,6 +362,9 @@ class Collector:
 
         Returns ``sum(num_envs)`` trajectories; ``trajectories[k].env_index == k``.
         """
+        if self.branch_turn is not None:
+            raise ValueError("run_episodes() runs one flat episode per sub-env; make a collector without branch_turn "
+                             "for it.")
         start = time.perf_counter()
         self.reset(seed=seed, options=options)
         self._finished = {}
@@ -399,6 +417,10 @@ class Collector:
             return
         completions = self._generate(shard)  # an engine error leaves every state untouched
         actions = self._actions(shard, completions)
+        if shard.tree is not None:  # the state before this step, for a leader that ends its episode in it
+            active = np.zeros(shard.num_envs, dtype=bool)
+            active[list(completions)] = True
+            shard.tree.before_step(shard, active)
         if self._executor is not None:
             shard.inflight = completions
             shard.future = self._executor.submit(self._timed_step, shard.env, actions)
@@ -420,7 +442,10 @@ class Collector:
         return result, time.perf_counter() - start
 
     def _generate(self, shard: _Shard) -> dict[int, Completion]:
-        active = np.flatnonzero(~shard.pending_reset if shard.idle is None else ~(shard.pending_reset | shard.idle))
+        waiting = shard.pending_reset if shard.idle is None else shard.pending_reset | shard.idle
+        if shard.tree is not None:
+            waiting = waiting | shard.tree.paused
+        active = np.flatnonzero(~waiting)
         if len(active) == 0:
             return {}
         sampling = self.sampling
@@ -463,9 +488,11 @@ class Collector:
         (observations, rewards, terminated, truncated, infos), env_s = result
         self.stats.env_s += env_s
         self.stats.env_steps += 1
+        tree = shard.tree
+        paused = tree.paused.copy() if tree is not None else None  # as they were for this step (branches unpause)
         for i in range(shard.num_envs):
-            if shard.idle is not None and shard.idle[i]:
-                continue
+            if shard.idle is not None and shard.idle[i] or paused is not None and paused[i]:
+                continue  # run_episodes' idle sub-envs; a tree's paused ones (the env left them as they were)
             obs_i, info_i = obs_at(observations, i), info_at(infos, i)
             if shard.pending_reset[i]:  # NEXT_STEP: this step started sub-env i's next episode
                 shard.pending_reset[i] = False
@@ -485,7 +512,11 @@ class Collector:
             self._on_step(record)
             if not done:
                 self._observe(shard, i, obs_i)
+                if tree is not None:
+                    tree.stepped(shard, i, False)
                 continue
+            if tree is not None:
+                tree.stepped(shard, i, True)
             final_ids = token_ids(final_obs) if shard.mode == "tokens" and final_obs is not None else None
             trajectory = builder.finish(final_ids, step_info.get("policy_mask") if shard.mode == "tokens" else None)
             self.stats.episodes += 1
@@ -499,6 +530,8 @@ class Collector:
             else:
                 shard.builders[i] = None
                 shard.pending_reset[i] = True
+            if tree is not None:
+                tree.ended_episode(shard, i)
 
     def _on_step(self, record: StepRecord) -> None:
         """Where a finished step goes (steps mode: the batch buffer)."""
@@ -548,6 +581,9 @@ class Collector:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        for shard in self._shards:
+            if shard.tree is not None:
+                shard.tree.close()
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -64,7 +64,7 @@ class EpisodeBuilder:
     """
 
     __slots__ = ("env_index", "task_id", "group_id", "round", "prompt_length", "steps", "token_exact", "env_id",
-                 "spec_id", "_ids", "_mask", "_logprobs", "_turn", "_n")
+                 "spec_id", "shared_turns", "_ids", "_mask", "_logprobs", "_turn", "_n")
 
     def __init__(self, env_index: int, task_id: int, group_id: int, round_: int, prompt_ids: np.ndarray,
                  env_id: str = "", spec_id: str = ""):
@@ -73,6 +73,7 @@ class EpisodeBuilder:
         self.prompt_length = len(prompt_ids)
         self.steps: list[StepRecord] = []
         self.token_exact = True
+        self.shared_turns = 0  # leading steps shared with the other members of a tree group (Collector branch_turn)
         capacity = max(64, 2 * len(prompt_ids))
         self._ids = np.zeros(capacity, dtype=np.int64)
         self._mask = np.zeros(capacity, dtype=np.int8)
@@ -154,6 +155,8 @@ class EpisodeBuilder:
             theirs = np.asarray(env_policy_mask)[: self._n]
             if len(theirs) != self._n or not np.array_equal(theirs.astype(np.int8), mask):
                 raise RuntimeError(f"Sub-env {self.env_index}: the env's policy_mask disagrees with the sampled positions.")
+        if self.shared_turns:  # a tree group's shared turns: context for every member, trained in none (docs/branching.md)
+            mask[self.shared_positions()] = 0
         turns = self._turn[: self._n][mask.astype(bool)]
         turn_tokens = np.bincount(turns, minlength=len(self.steps)).tolist() if len(turns) else [0] * len(self.steps)
         return Trajectory(
@@ -163,8 +166,13 @@ class EpisodeBuilder:
             rewards=[s.reward for s in self.steps], versions=[s.version for s in self.steps],
             terminated=self.steps[-1].terminated, truncated=self.steps[-1].truncated, steps=self.steps,
             token_exact=self.token_exact, env_index=self.env_index, env_id=self.env_id, turn_tokens=turn_tokens,
-            spec_id=self.spec_id,
+            spec_id=self.spec_id, shared_turns=self.shared_turns,
         )
+
+    def shared_positions(self) -> np.ndarray:
+        """``(n,)`` bool: the tokens the policy sampled in the first :attr:`shared_turns` steps."""
+        turn = self._turn[: self._n]
+        return (turn >= 0) & (turn < self.shared_turns)
 
 
 class GroupBuffer:

@@ -335,6 +335,8 @@ def _replay_steps(episode: _Episode, renv: _ReplayEnv) -> tuple[Mismatch | None,
         if builder is None:
             builder = EpisodeBuilder(step.env_index, step.task_id, step.group_id, step.round, ids, step.env_id,
                                      step.spec_id)
+            if episode.trajectory is not None:  # a tree rollout's shared turns are context (Trajectory.shared_turns)
+                builder.shared_turns = int(episode.trajectory.shared_turns)
         else:
             builder.observe(ids)
         action = renv.action(step)
@@ -403,6 +405,8 @@ def _sequence_differences(trajectory: Trajectory, builder: EpisodeBuilder, renv:
     env_mask = info.get("policy_mask") if tokens else None
     if env_mask is not None and rebuilt.token_exact:  # the env's own view of which tokens the policy sampled
         theirs = np.asarray(env_mask)[: len(rebuilt.token_ids)].astype(np.int8)
+        if builder.shared_turns and len(theirs) == len(rebuilt.token_ids):  # the env saw them sampled; we train none
+            theirs[builder.shared_positions()] = 0
         difference = array_difference("policy_mask", trajectory.policy_mask, theirs)
         if difference is not None:
             differences.append(Difference(difference.field, difference.recorded, difference.replayed,

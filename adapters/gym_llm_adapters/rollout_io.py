@@ -91,6 +91,8 @@ def record_checksum(record: Record) -> str:
                   bool(record.truncated))
         if record.turn_tokens is not None:  # (records written before the field existed verify as they were)
             labels = (*labels, [int(n) for n in record.turn_tokens])
+        if record.shared_turns:  # (likewise: only tree rollouts carry it)
+            labels = (*labels, int(record.shared_turns))
     for array in arrays:
         h.update(np.ascontiguousarray(array).tobytes())
         h.update(b"|")

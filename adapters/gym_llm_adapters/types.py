@@ -109,6 +109,10 @@ class Trajectory:
         env_index: the sub-env (of the collector's env list, numbered across shards) that ran it.
         env_id: the registered id of the env that ran it (``"LLMGSM8K-v0"``; its class name if unregistered).
         spec_id: the env's recorded spec, as in :attr:`StepRecord.spec_id`.
+        shared_turns: tree rollouts (``Collector(branch_turn=t)``): how many leading steps this trajectory shares
+            with the rest of its group (the group's branch point; ``steps[:shared_turns]`` are the same records in
+            every member). Their sampled tokens are context here (``policy_mask == 0``, ``turn_tokens`` 0): GRPO's
+            advantage of a shared prefix is the group's mean, 0, so no member trains on it. 0 otherwise.
     """
 
     task_id: int
@@ -128,6 +132,7 @@ class Trajectory:
     env_id: str = ""
     turn_tokens: list[int] | None = None
     spec_id: str = ""
+    shared_turns: int = 0
 
     @property
     def reward(self) -> float:
