@@ -121,3 +121,21 @@ def test_a_tree_generates_the_shared_turns_once_per_group(tiny_tok, hf_engine, b
     assert engine.completions == recorded - saved
     assert saved == {None: 0, 1: 24, 2: 36}[branch_turn]  # 48 trajectories: 12 groups, 4 of each task
     collector.close()
+
+
+def test_the_trainer_trains_on_tree_groups(tmp_path):
+    """``gym-llm train grpo --branch-turn 1`` end to end: GRPO steps on tree groups, the written rollouts replay."""
+    from gym_llm_adapters.training import TrainConfig, Trainer
+
+    cfg = TrainConfig(algorithm="grpo", env_id="LLMChat-v0", model="tiny", out_dir=tmp_path / "run", engine="hf",
+                      device="cpu", env_kwargs={"prompts": TASKS, "max_turns": 3},
+                      steps=2, num_tasks=2, group_size=4, branch_turn=1, max_new_tokens=12, max_seq_len=384,
+                      learning_rate=1e-4, eval_every=0, save_every=100, progress=False)
+    with Trainer(cfg) as trainer:
+        result = trainer.run()
+    assert result.steps == 2 and not result.interrupted
+    trajectories = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert len(trajectories) == 2 * 8
+    for t in trajectories:
+        assert t.shared_turns == min(1, len(TASKS[t.task_id]["follow_ups"]))
+    assert replay(cfg.out_dir / "rollouts.jsonl").exact

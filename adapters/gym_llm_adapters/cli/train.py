@@ -82,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo = parser.add_argument_group("GRPO")
     grpo.add_argument("--num-tasks", type=positive_int, default=8, help="groups (tasks) per step (default: 8)")
     grpo.add_argument("--group-size", type=positive_int, default=8, help="samples per task (default: 8)")
+    grpo.add_argument("--branch-turn", type=positive_int, default=None,
+                      help="tree groups: a group's samples share its first sample's first N turns and differ after "
+                           "(multi-turn envs; docs/branching.md). Default: flat groups")
     grpo.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per assistant turn (default: 256)")
     grpo.add_argument("--max-seq-len", type=positive_int, default=None,
                       help="longest episode in tokens (default: 2048, or less if the model takes less)")
@@ -158,7 +161,8 @@ def config_from_args(args: argparse.Namespace):
         sft_learning_rate=args.sft_learning_rate, lr_warmup_steps=args.lr_warmup_steps,
         lr_schedule=args.lr_schedule,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm or None, num_tasks=args.num_tasks,
-        group_size=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        group_size=args.group_size, branch_turn=args.branch_turn, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
         top_p=args.top_p, max_seq_len=args.max_seq_len or 2048, beta=args.beta, epsilon=args.epsilon,
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,

@@ -58,6 +58,8 @@ class TrainConfig:
     GRPO:
         num_tasks / group_size: each step collects ``num_tasks * group_size`` episodes: ``num_tasks`` GRPO
             groups of ``group_size`` samples of one task (the vector env has that many sub-envs).
+        branch_turn: tree groups (``Collector(branch_turn=t)``, docs/branching.md): a group's members share its
+            first member's first ``t`` turns and are compared on how they go on; None = flat groups.
         max_new_tokens / temperature / top_p: sampling of each assistant turn. The engine reports the log-probs
             of that processed distribution, and the policy's and the reference's log-probs are computed for it
             too, so ratio, KL and importance weights all refer to the policy actually sampled from.
@@ -130,6 +132,7 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     num_tasks: int = 8
     group_size: int = 8
+    branch_turn: int | None = None
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
@@ -183,6 +186,9 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}.")
+        if self.branch_turn is not None and (isinstance(self.branch_turn, bool) or not isinstance(self.branch_turn, int)
+                                             or self.branch_turn < 1):
+            raise ValueError(f"branch_turn must be an int >= 1 or None, got {self.branch_turn!r}.")
         if self.algorithm == "grpo" and self.group_size < 2:
             raise ValueError(f"GRPO compares samples within a group: group_size must be >= 2, got {self.group_size}.")
         if self.algorithm == "sft" and self.sft_warmup_steps:

@@ -225,7 +225,7 @@ class Trainer:
         sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
         # Re-seeded per resumed step: a resumed run does not replay the interrupted one's env state.
         self.collector = Collector(self.envs, self.engine, sampling, episodes_per_batch=cfg.num_tasks * cfg.group_size,
-                                   seed=cfg.seed + 1_000_003 * self.state.step)
+                                   seed=cfg.seed + 1_000_003 * self.state.step, branch_turn=cfg.branch_turn)
         self.advantage = MCAdvantage(AdvantageConfig(scale=cfg.advantage_scale, group_size=cfg.group_size))
         self.loss_fn = GRPOLoss(GRPOLossConfig(
             beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, aggregation=cfg.aggregation,
