@@ -198,6 +198,7 @@ class VLLMEngine(EngineBase):
                 f"vLLM's weight reload failed ({type(e).__name__}: {e}); the engine's weights are now undefined. "
                 "Load a full state dict to recover."
             ) from e
+        self.llm.collective_rpc(_retie_output_head)
         self.llm.reset_prefix_cache()
         if self._weights_broken is not None:  # a full update repairs a failed one
             full = self.checkpoint.shapes is None or {n for n, _ in items} >= set(self.checkpoint.shapes) - {"lm_head.weight"}
@@ -220,6 +221,32 @@ class VLLMEngine(EngineBase):
                 except Exception:  # best effort: the engine may already be gone
                     logger.debug("vLLM engine shutdown raised", exc_info=True)
         super().close()
+
+
+def _retie_output_head(worker: Any) -> bool:
+    """After an in-place reload, bring the output head of a model with tied input and output embeddings (SmolLM2,
+    Qwen2.5-0.5B) up to date. vLLM's layer-wise reload (0.32) gets no ``lm_head`` weights for such a model (its loader
+    drops ``lm_head.*``), so it never re-runs the head's post-load step — and on the CPU build that step is where the
+    head's weight is packed for the GEMM kernel (``dispatch_cpu_unquantized_gemm``): the head went on computing
+    logits from the packed copy of the *first* weights. Measured on SmolLM2: after a push, vLLM's log-probs matched
+    the new embedding under the old head to 1.5e-5 and missed the policy by up to 1.5 nats. Re-runs the head's
+    post-load step on the (shared, already updated) weight, copying the embedding first should the tie be broken.
+    Returns whether the model is tied (and so was refreshed)."""
+    model = worker.model_runner.get_model()
+    config = getattr(model, "config", None)
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if not getattr(config, "tie_word_embeddings", False) or head is None or embed is None:
+        return False
+    if head.weight.data_ptr() != embed.weight.data_ptr():
+        import torch
+
+        with torch.no_grad():
+            head.weight.data.copy_(embed.weight.data)
+    after = getattr(getattr(head, "quant_method", None), "process_weights_after_loading", None)
+    if callable(after):
+        after(head)
+    return True
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> np.ndarray:

@@ -25,6 +25,7 @@ def tiny_model_dir(
     intermediate_size: int = 256,
     max_position_embeddings: int = 2048,
     head_std: float = 0.3,
+    tied: bool = False,
     target: str | Path | None = None,
 ) -> Path:
     """Build (once; cached by its settings) a tiny Qwen2-architecture checkpoint with its tokenizer.
@@ -37,6 +38,8 @@ def tiny_model_dir(
             "(32, 64, 80, 96, 112, 128, 256)."
         )
     name = f"tiny2-{tokenizer}-s{seed}-h{hidden_size}-l{num_layers}-a{num_heads}-kv{num_kv_heads}-i{intermediate_size}-std{head_std}"
+    if tied:  # input and output embeddings tied, as in SmolLM2 and Qwen2.5-0.5B
+        name += "-tied"
     path = Path(target) if target is not None else cache_dir() / "models" / name
     if (path / "model.safetensors").exists():
         return path
@@ -53,7 +56,7 @@ def tiny_model_dir(
         num_key_value_heads=num_kv_heads,
         head_dim=hidden_size // num_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,

@@ -193,3 +193,35 @@ def test_each_isa_level_below_this_cpus_loads_its_kernels_and_matches_transforme
         assert result["torch"] == _TORCH_CAPABILITY[level], (level, result)
         assert max(result["errors"]) < TOLERANCE["float32"], (level, result)
     assert levels or native == "avx2"  # an AVX2 machine has no lower level; every other one tests some
+
+
+@pytest.mark.parametrize("gemm", ["auto", "torch", "onednn"])
+def test_a_tied_output_head_follows_a_weight_push_on_every_gemm_backend(monkeypatch, gemm):
+    """SmolLM2 ties its output head to the input embedding. vLLM's in-place reload never re-ran the head's post-load
+    step (it gets no ``lm_head`` weights for a tied model), and on the CPU build that step packs the head for the GEMM
+    kernel: the engine kept computing logits with the first weights' head while the trunk moved on — up to 1.5 nats
+    off the policy on SmolLM2. Here the push changes only the embedding (so only the head can go stale)."""
+    from gym_llm_adapters.engines import HFEngine, VLLMEngine
+    from gym_llm_adapters.models.tiny import tiny_model_dir
+
+    path = tiny_model_dir(tied=True)
+    hf = HFEngine(path)
+    assert hf.model.lm_head.weight.data_ptr() == hf.model.model.embed_tokens.weight.data_ptr()
+    rng = np.random.default_rng(1)
+    sequences = [rng.integers(3, 500, size=40) for _ in range(4)]
+    before = hf.logprobs(sequences)
+    torch.manual_seed(1)
+    new = dict(hf.model.state_dict())
+    new["model.embed_tokens.weight"] = new["model.embed_tokens.weight"] + 0.1 * torch.randn_like(new["lm_head.weight"])
+    new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied: one tensor under both names, as state_dict() has
+    hf.load_weights(new)
+    after = hf.logprobs(sequences)
+    monkeypatch.setenv("GYM_LLM_VLLM_GEMM", gemm)
+    engine = VLLMEngine(path, dtype="float32", enforce_eager=True, kv_cache_memory_bytes=32 << 20)
+    assert max_error(engine.logprobs(sequences), before) < TOLERANCE["float32"]
+    engine.load_weights(new)
+    assert max_error(engine.logprobs(sequences), after) < TOLERANCE["float32"]
+    assert max_error(before, after) > 20 * TOLERANCE["float32"]
+    engine.load_weights(new)  # a second push (the head's packed copy is made again, not stacked)
+    assert max_error(engine.logprobs(sequences), after) < TOLERANCE["float32"]
+    engine.close()
