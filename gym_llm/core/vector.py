@@ -340,11 +340,10 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
             raise ResetNeeded("step() was called before reset(); call envs.reset(seed=...) first.")
         per_env = self._split_actions(actions)
         live = ~self._done
-        if self.autoreset_mode == AutoresetMode.DISABLED and not live.all():
+        if self.autoreset_mode == AutoresetMode.DISABLED and not (live | self._paused).all():  # paused: left as is
             raise ResetNeeded(
-                f"Sub-envs {np.flatnonzero(~live).tolist()} have ended and autoreset is disabled; "
-                "reset them with envs.reset(options={'reset_mask': mask})."
-            )
+                f"Sub-envs {np.flatnonzero(~live & ~self._paused).tolist()} have ended and autoreset is disabled; "
+                "reset them with envs.reset(options={'reset_mask': mask}) (or pause them: envs.pause([...])).")
         live_ids = (live & ~self._paused).nonzero()[0].tolist()
         episodes = self.episodes
         checked: list[Any] = [None] * self.num_envs
@@ -442,6 +441,15 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
         if self.render_mode != "ansi":
             return None
         return tuple(episode.render() for episode in self.episodes)
+
+    def __enter__(self) -> "LLMVectorEnv":
+        """``with gym.make_vec(...) as envs:`` closes the env (its tools, sandboxes, pools) at the end, like a scalar
+        Gymnasium env."""
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
 
     def close_extras(self, **kwargs: Any) -> None:
         # getattr: a constructor that raised (bad arguments) leaves a half-built env that Gymnasium's __del__ closes

