@@ -108,6 +108,7 @@ class VLLMEngine(EngineBase):
         if vllm.platforms.current_platform.is_cpu():
             self._seeded_token_budget = int(llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
         self._weights_broken: BaseException | None = None
+        llm.collective_rpc(_quiet_tied_head_reload_warning)
 
     # ---------------------------------------------------------------------------- generation
     def _params(self, sampling: SamplingConfig, seed: int | None) -> Any:
@@ -221,6 +222,28 @@ class VLLMEngine(EngineBase):
                 except Exception:  # best effort: the engine may already be gone
                     logger.debug("vLLM engine shutdown raised", exc_info=True)
         super().close()
+
+
+class _TiedHeadReloadFilter(logging.Filter):
+    """Drops vLLM's "ParallelLMHead: Failed to load weights" at each reload of a tied model: the head gets no weights
+    of its own there by design (they are the embedding's), and :func:`_retie_output_head` brings it up to date."""
+
+    MESSAGE = "ParallelLMHead: Failed to load weights"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.MESSAGE
+
+
+def _quiet_tied_head_reload_warning(worker: Any) -> bool:
+    """On a worker whose model ties its output head to the input embedding, install :class:`_TiedHeadReloadFilter`
+    on vLLM's reload logger (once). Returns whether it did."""
+    config = getattr(worker.model_runner.get_model(), "config", None)
+    if not getattr(config, "tie_word_embeddings", False):
+        return False
+    reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _TiedHeadReloadFilter) for f in reload_logger.filters):
+        reload_logger.addFilter(_TiedHeadReloadFilter())
+    return True
 
 
 def _retie_output_head(worker: Any) -> bool:
