@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from gym_llm.core.env import VECTOR_ARGUMENTS, LLMEnv
-from gym_llm.core.episode import Episode, ForkError
+from gym_llm.core.episode import Episode, ForkError, make_all
 
 __all__ = ["BranchingMixin", "SubEnvSnapshot"]
 
@@ -84,14 +84,7 @@ class BranchingMixin:
 
     def _copy_episode(self, source: Episode, dst: list[int]) -> None:
         """Put forks of ``source`` in sub-envs ``dst`` (all or none: a failed fork changes nothing)."""
-        forks: list[Episode] = []
-        try:
-            for _ in dst:
-                forks.append(source.fork())
-        except BaseException:
-            for episode in forks:
-                episode.close()
-            raise
+        forks: list[Episode] = make_all(len(dst), source.fork)
         for t, episode in zip(dst, forks):
             old, self.episodes[t] = self.episodes[t], episode
             old.close()
@@ -126,26 +119,22 @@ class BranchingMixin:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"fork(index, k) takes the number of siblings, an int >= 1, got {k!r}.")
         users = self.__dict__.setdefault("_parts_users", [1])
-        envs: list[LLMEnv] = []
-        try:
-            scalar, constructor = self._scalar_constructor()
-            for _ in range(k):
-                env = object.__new__(scalar)
-                if constructor is not None:  # pickles as its scalar env made again (needs reset, like any unpickled env)
-                    env.__dict__["_constructor"] = constructor
-                env.parts, env.render_mode = self.parts, self.render_mode
-                env.observation_space, env.action_space = self.single_observation_space, self.single_action_space
-                env._episode = self._forked_episode(i)
-                env._stream, env._round, env._needs_reset = copy.copy(self._streams[i]), self._rounds[i], False
-                env._np_random = copy.deepcopy(self._rngs[i])
-                env._parts_users, env._closed = users, False
-                users[0] += 1
-                envs.append(env)
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
-        return envs
+        scalar, constructor = self._scalar_constructor()
+
+        def sibling() -> LLMEnv:
+            env = object.__new__(scalar)
+            if constructor is not None:  # pickles as its scalar env made again (needs reset, like any unpickled env)
+                env.__dict__["_constructor"] = constructor
+            env.parts, env.render_mode = self.parts, self.render_mode
+            env.observation_space, env.action_space = self.single_observation_space, self.single_action_space
+            env._episode = self._forked_episode(i)
+            env._stream, env._round, env._needs_reset = copy.copy(self._streams[i]), self._rounds[i], False
+            env._np_random = copy.deepcopy(self._rngs[i])
+            env._parts_users, env._closed = users, False
+            users[0] += 1
+            return env
+
+        return make_all(k, sibling)
 
     def _forked_episode(self, i: int) -> Episode:
         return self.episodes[i].fork()

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
-from gym_llm.core.episode import EnvParts, ForkError, resolve_reset_task
+from gym_llm.core.episode import EnvParts, ForkError, make_all, resolve_reset_task
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.tasks import TaskStream
 
@@ -146,15 +146,7 @@ class LLMEnv(ConstructorPickle, gym.Env):
         if self._needs_reset:
             raise ForkError("fork() needs an episode in progress: call reset() first (an episode that has ended "
                             "has no step left to branch from).")
-        siblings: list[LLMEnv] = []
-        try:
-            for _ in range(k):
-                siblings.append(self._sibling(self._episode.fork()))
-        except BaseException:
-            for sibling in siblings:
-                sibling.close()
-            raise
-        return siblings
+        return make_all(k, lambda: self._sibling(self._episode.fork()))
 
     def _sibling(self, episode: Any) -> "LLMEnv":
         users = self.__dict__.setdefault("_parts_users", [1])  # shared by every sibling: the parts close with the last

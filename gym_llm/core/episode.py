@@ -22,7 +22,7 @@ from gymnasium import spaces
 
 from gym_llm.core.tasks import Task, TaskOrder
 
-__all__ = ["Episode", "EnvParts", "ForkError", "Transition", "fork_resource"]
+__all__ = ["Episode", "EnvParts", "ForkError", "Transition", "fork_resource", "make_all"]
 
 
 @dataclass(slots=True)
@@ -39,6 +39,20 @@ class Transition:
 class ForkError(NotImplementedError):
     """An episode (or one of its resources: a tool session, a workspace) cannot be forked; the message says which
     and why. Nothing was changed: the episode being forked goes on as before."""
+
+
+def make_all(count: int, make: Callable[[], Any]) -> list[Any]:
+    """``[make() for _ in range(count)]``, all or none: if one call raises, the objects already made are closed
+    (``close()``) and the error goes on. How ``k`` forks are made without leaking the first ones when one fails."""
+    made: list[Any] = []
+    try:
+        for _ in range(count):
+            made.append(make())
+    except BaseException:
+        for obj in made:
+            obj.close()
+        raise
+    return made
 
 
 _PLAIN = (str, bytes, int, float, complex, bool, type(None))
