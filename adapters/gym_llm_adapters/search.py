@@ -144,7 +144,8 @@ class _Driver:
         observations, rewards, terminated, truncated, _ = self.envs.step(
             actions if self.mode == "tokens" else tuple(actions))
         self.observe(observations, active)
-        return observations, np.asarray(rewards, dtype=np.float64), np.asarray(terminated) | np.asarray(truncated), texts
+        ended = np.asarray(terminated) | np.asarray(truncated)  # (N,)
+        return observations, np.asarray(rewards, dtype=np.float64), ended, texts
 
     def outcome(self, g: int, rewards: list[float], replies: list[str]) -> SearchOutcome:
         return SearchOutcome(task_id=self.task_ids[g], group=g, rewards=tuple(rewards), replies=tuple(replies),

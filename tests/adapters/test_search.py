@@ -27,7 +27,8 @@ def coin_reward(task, messages) -> float:
 
 def quiz_env(engine, *, mode: str = "tokens", k: int = 4, tasks=TASKS, **kwargs):
     return gym.make_vec("LLMChat-v0", num_envs=len(tasks) * k, group_size=k, vectorization_mode="vector_entry_point",
-                        prompts=tasks, task_order="sequential", task_assignment="partition", mode=mode, tokenizer=engine.tokenizer,
+                        prompts=tasks, task_order="sequential", task_assignment="partition", mode=mode,
+                        tokenizer=engine.tokenizer,
                         max_turns=TURNS, max_seq_len=512, max_action_tokens=8, reward_fn=coin_reward, **kwargs)
 
 
