@@ -21,6 +21,9 @@ samples where a turn went wrong instead of on whole episodes that already failed
 both predictions beside the measurements. The per-turn reward is a *process* reward (each answer is checked as it is
 given): where only the last turn is scored, a tree has nothing to choose by, and this advantage is gone.
 
+Measured (docs/branching.md, AMD EPYC, 200 quizzes, k = 4): flat 25.5% solved, tree 37.0%; paired +11.5 ± 4.6 points
+(24 quizzes gained, 1 lost) at 12 replies per quiz each.
+
 ``--model`` takes a run folder of ``gym-llm train`` (its newest checkpoint), a checkpoint folder, or an embedded
 name (``smollm2`` as shipped gets almost nothing right in this format; ``tiny`` is for the smoke test).
 """
