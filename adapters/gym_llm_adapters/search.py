@@ -92,6 +92,10 @@ class _Driver:
         self.envs, self.base, self.engine, self.sampling, self.seed = envs, base, engine, sampling, seed
         self.mode = env_mode(base)
         self.action_length, self.vocab_size = action_length(base, self.mode), vocab_size(base, self.mode)
+        if self.mode == "tokens" and sampling.max_tokens > self.action_length:
+            raise ValueError(f"sampling.max_tokens={sampling.max_tokens} is more than the env accepts per action "
+                             f"(max_action_tokens={self.action_length}); lower max_tokens or make the env with "
+                             f"max_action_tokens >= {sampling.max_tokens}.")
         self.N = base.num_envs
         self.tokenizer = getattr(engine, "tokenizer", None)
         if self.mode == "text" and self.tokenizer is None:
@@ -111,9 +115,9 @@ class _Driver:
             self.prompts[i] = token_ids(obs) if self.mode == "tokens" else np.asarray(
                 self.tokenizer.encode(str(obs), add_special_tokens=False), dtype=np.int64)
 
-    def step(self, live: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
-        """One turn for the ``live`` sub-envs (``(N,)`` bool; the others are paused). Returns the observations,
-        the ``(N,)`` rewards, the ``(N,)`` ended flags and the ``N`` reply texts ("" where not live)."""
+    def step(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """One turn for the ``live`` sub-envs (``(N,)`` bool; the others are paused). Returns the ``(N,)`` rewards,
+        the ``(N,)`` ended flags and the ``N`` reply texts ("" where not live)."""
         self.base.unpause(np.flatnonzero(live).tolist())
         self.base.pause(np.flatnonzero(~live).tolist())
         active = np.flatnonzero(live)
@@ -129,9 +133,8 @@ class _Driver:
         if self.mode == "tokens":
             ids = np.zeros((self.N, self.action_length), dtype=np.int64)  # (N, L) right-padded
             mask = np.zeros((self.N, self.action_length), dtype=np.int8)
-            for i, c in zip(active, completions):
-                n = min(len(c.token_ids), self.action_length)
-                ids[i, :n], mask[i, :n] = c.token_ids[:n], 1
+            for i, c in zip(active, completions):  # len(c.token_ids) <= max_tokens <= action_length (checked above)
+                ids[i, :len(c.token_ids)], mask[i, :len(c.token_ids)] = c.token_ids, 1
             actions: Any = {"input_ids": ids, "attention_mask": mask}
         else:
             actions = [""] * self.N
@@ -145,7 +148,7 @@ class _Driver:
             actions if self.mode == "tokens" else tuple(actions))
         self.observe(observations, active)
         ended = np.asarray(terminated) | np.asarray(truncated)  # (N,)
-        return observations, np.asarray(rewards, dtype=np.float64), ended, texts
+        return np.asarray(rewards, dtype=np.float64), ended, texts
 
     def outcome(self, g: int, rewards: list[float], replies: list[str]) -> SearchOutcome:
         return SearchOutcome(task_id=self.task_ids[g], group=g, rewards=tuple(rewards), replies=tuple(replies),
@@ -171,7 +174,7 @@ def best_of_k_per_turn(envs: Any, engine: Any, sampling: SamplingConfig, *, seed
     live = np.ones(run.N, dtype=bool)
     try:
         while live.any():
-            _, rewards, ended, texts = run.step(live)
+            rewards, ended, texts = run.step(live)
             for g in np.flatnonzero(live[::k]):
                 members = np.arange(g * k, (g + 1) * k)
                 best = members[int(select(rewards[members].copy()))]
@@ -198,7 +201,7 @@ def independent_episodes(envs: Any, engine: Any, sampling: SamplingConfig, *,
     live = np.ones(run.N, dtype=bool)
     try:
         while live.any():
-            _, rewards, ended, texts = run.step(live)
+            rewards, ended, texts = run.step(live)
             for i in np.flatnonzero(live):
                 paths[i][0].append(float(rewards[i]))
                 paths[i][1].append(texts[i])

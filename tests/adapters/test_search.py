@@ -97,6 +97,9 @@ def test_bad_settings_are_refused_with_the_fix(hf_engine):
     with quiz_env(hf_engine, k=1) as envs:
         with pytest.raises(ValueError, match="group_size=k"):
             best_of_k_per_turn(envs, hf_engine, SAMPLING)
+    with quiz_env(hf_engine) as envs:  # a reply longer than the env accepts would be cut: refused up front
+        with pytest.raises(ValueError, match="max_action_tokens"):
+            best_of_k_per_turn(envs, hf_engine, SamplingConfig(max_tokens=9))
     with quiz_env(hf_engine) as envs:
         with pytest.raises(ValueError, match="n=1"):
             independent_episodes(envs, hf_engine, SamplingConfig(n=2, max_tokens=4))
