@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from collections import defaultdict
@@ -70,21 +71,30 @@ def longest_first(items: list, table: dict[str, float] | None = None) -> list:
 
 
 class DurationRecorder:
-    """Appends each test's setup + call + teardown seconds to ``$GYM_LLM_RECORD_DURATIONS/<worker>.jsonl``."""
+    """Appends each test's setup + call + teardown seconds to ``$GYM_LLM_RECORD_DURATIONS/<worker>.jsonl``, with the
+    CPU seconds its worker and the child processes it waited for used meanwhile (``cpu``: what to cut when the suite
+    is CPU-bound; a Ray actor's or a server's CPU is not counted) and when it started (``t``, Unix time)."""
 
     def __init__(self, folder: str):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.jsonl"
-        self.started: dict[str, float] = {}
+        self.started: dict[str, tuple[float, float, float]] = {}
+
+    @staticmethod
+    def _cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
     def pytest_runtest_logstart(self, nodeid, location):
-        self.started[nodeid] = time.monotonic()
+        self.started[nodeid] = (time.monotonic(), self._cpu(), time.time())
 
     def pytest_runtest_logfinish(self, nodeid, location):
-        seconds = time.monotonic() - self.started.pop(nodeid, time.monotonic())
+        start, cpu, when = self.started.pop(nodeid, (time.monotonic(), self._cpu(), time.time()))
+        row = {"id": _base_id(nodeid), "s": round(time.monotonic() - start, 2), "cpu": round(self._cpu() - cpu, 2),
+               "t": round(when, 2)}
         with self.path.open("a") as f:
-            f.write(json.dumps({"id": _base_id(nodeid), "s": round(seconds, 2)}) + "\n")
+            f.write(json.dumps(row) + "\n")
 
 
 def write_table(folder: Path, out: Path = TABLE, min_s: float = 0.5) -> int:

@@ -177,9 +177,11 @@ def test_process_pool_scores_equal_inline_scores(ifeval_file):
 
 
 def test_async_vector_env(ifeval_file):
-    # Text observations cannot go through Gymnasium's shared memory (it stores Text by charset index).
+    # Text observations cannot go through Gymnasium's shared memory (it stores Text by charset index). Each worker
+    # scores in its own process (scoring_workers=0): a scoring pool per worker would be two more interpreters
+    # importing the checkers (~5 CPU-s); the pool has its own tests.
     envs = gym.make_vec("LLMIFEval-v0", num_envs=2, vectorization_mode="async", data_files=str(ifeval_file),
-                        vector_kwargs={"shared_memory": False, "autoreset_mode": AutoresetMode.SAME_STEP})
+                        scoring_workers=0, vector_kwargs={"shared_memory": False, "autoreset_mode": AutoresetMode.SAME_STEP})
     _, info = envs.reset(seed=0)
     _, reward, terminated, _, info = envs.step(("No commas.", "One, two."))
     assert terminated.all() and reward.shape == (2,) and "instruction_results" in info["final_info"]

@@ -1,10 +1,22 @@
-"""Run an example exactly as its docstring documents it: a subprocess in a temporary folder, with the checkout's
-packages first on the path, the way a user runs it from the checkout."""
+"""Run an example exactly as its docstring documents it, from a temporary folder, the way a user runs it from the
+checkout.
+
+:func:`run_example` runs ``python examples/NAME.py ARGS`` *in the test's process*: ``runpy`` with ``__name__ ==
+"__main__"``, ``sys.argv`` and the script's folder first on ``sys.path``, as ``python`` sets them. A fresh
+interpreter would spend most of a tiny run importing torch, transformers, vLLM or TRL (``from trl import
+GRPOTrainer`` alone is ~10 CPU-seconds): the examples' tests took ~75 CPU-seconds of the suite that way. What the
+example changes in the process — environment variables, ``sys.argv``, ``sys.path``, the working directory, the
+``_common`` helper module — is put back afterwards. :func:`run_example_process` keeps the subprocess, for examples
+that start worker processes of their own or must not share this process.
+"""
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import os
+import runpy
 import shlex
 import subprocess
 import sys
@@ -25,8 +37,39 @@ def documented_command(name: str, flag: str | None = "--tiny") -> list[str]:
     raise AssertionError(f"examples/{name} documents no command with {flag}")
 
 
-def run_example(argv: list[str], cwd: Path, *, timeout_s: float = 300, env: dict[str, str] | None = None) -> str:
-    """Run ``argv`` (``python examples/...``) with this interpreter; returns stdout, fails with stderr's tail."""
+_DISTRIBUTED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def run_example(argv: list[str], cwd: Path, *, env: dict[str, str] | None = None) -> str:
+    """Run ``argv`` (``python examples/NAME.py ...``) in this process from ``cwd``, with ``env`` added to the
+    environment; returns what it printed on stdout (stderr passes through to pytest's capture)."""
+    script = REPO / argv[1]
+    saved = dict(os.environ), list(sys.argv), list(sys.path), os.getcwd()
+    os.environ.update(env or {})
+    for name in _DISTRIBUTED:  # a user's shell, not a distributed worker's
+        os.environ.pop(name, None)
+    sys.argv = [str(script), *argv[2:]]
+    sys.path.insert(0, str(script.parent))
+    os.chdir(cwd)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:  # argparse's exit, or the example's own sys.exit(...)
+        if e.code not in (None, 0):
+            raise AssertionError(f"{' '.join(argv)} exited with {e.code!r}; it printed:\n{out.getvalue()[-3000:]}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved[0])
+        sys.argv[:], sys.path[:] = saved[1], saved[2]
+        os.chdir(saved[3])
+        sys.modules.pop("_common", None)  # examples/_common.py: imported afresh by the next example
+    return out.getvalue()
+
+
+def run_example_process(argv: list[str], cwd: Path, *, timeout_s: float = 300,
+                        env: dict[str, str] | None = None) -> str:
+    """Run ``argv`` (``python examples/...``) in a new interpreter; returns stdout, fails with stderr's tail."""
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "adapters"), os.environ.get("PYTHONPATH", "")])
     result = subprocess.run([sys.executable, str(REPO / argv[1]), *argv[2:]], cwd=cwd, env=environ,
