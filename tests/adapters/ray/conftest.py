@@ -52,8 +52,17 @@ def hf_engines(ray_cluster, tiny_model_path):
 def pytest_runtest_teardown(item, nextitem):
     """Stop the cluster right after the last test that uses it (the Ray tests are one pytest-xdist group, so they
     run back to back): its daemons and idle workers would otherwise take CPU from the rest of the suite until the
-    session ends. A later test asking for ``ray_cluster`` would get a new one."""
+    session ends. "Last" is when every selected test that uses it has run (they are all in this process), not "the
+    next test does not use it": the group also holds tests that need no cluster, and stopping before one of them
+    meant a second cluster start (~10 CPU-s) after it. A later test asking for ``ray_cluster`` gets a new one."""
     yield
-    if "ray_cluster" in item.fixturenames and (nextitem is None or "ray_cluster" not in nextitem.fixturenames):
+    if "ray_cluster" in item.fixturenames:
+        _CLUSTER_USERS_RUN.add(item.nodeid)
+        users = {i.nodeid for i in item.session.items if "ray_cluster" in getattr(i, "fixturenames", ())}
+        if not users <= _CLUSTER_USERS_RUN:
+            return
         for fixturedef in item._fixtureinfo.name2fixturedefs.get("ray_cluster", ()):
             fixturedef.finish(item._request)  # also finishes the fixtures built on it (hf_engines, ...)
+
+
+_CLUSTER_USERS_RUN: set[str] = set()
