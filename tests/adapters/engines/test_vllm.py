@@ -106,3 +106,21 @@ def test_seeded_batches_larger_than_one_scheduler_step(vllm_engine):
     assert alone.token_ids.tolist() == out[last].token_ids.tolist()
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         vllm_engine.generate([rng.integers(3, 500, size=budget + 1)], sampling)
+
+
+def test_sampling_with_log_probs_compiles_nothing_and_ranks_stay_exact(vllm_engine):
+    """vLLM compiles the sampler's rank helper with inductor (a C++ build per engine process, 2-10 CPU-s); on CPU
+    the package runs it eagerly (gym_llm_adapters.engines.cpu_paths.eager_sampler_helper). Nothing is compiled while sampling with log-probs,
+    and the helper still counts, per row, the entries >= the row's value."""
+    import torch._dynamo.utils
+    from vllm.v1.sample import sampler
+
+    frames = dict(torch._dynamo.utils.counters["frames"])
+    out = vllm_engine.generate([np.arange(3, 12)] * 3, SamplingConfig(max_tokens=6, temperature=1.0, seed=0))
+    assert len(out) == 3 and all(len(c.logprobs) == len(c.token_ids) > 0 for c in out)
+    assert dict(torch._dynamo.utils.counters["frames"]) == frames
+    helper = sampler.batched_count_greater_than
+    assert not hasattr(helper, "_torchdynamo_orig_callable")
+    x = torch.randn(4, 97, generator=torch.Generator().manual_seed(0))
+    values = x[:, 5:6]
+    assert helper(x, values).tolist() == [sum(float(v) >= float(row[5]) for v in row) for row in x]
