@@ -12,7 +12,9 @@ but computes from a packed copy, so a write there would succeed and change nothi
 processing, so every layer is repacked from the new weights, on every CPU path; an output head tied to the input
 embedding (SmolLM2), which that reload skips, is repacked after it. The weights still come from TRL's
 own parameter walk (PEFT merge, FSDP/DeepSpeed gathering, TRL's name fixes), and the prefix cache is reset after,
-as TRL does. Every other case (server mode, GPU builds) runs TRL's code unchanged.
+as TRL does. On vLLM-CPU, TRL's colocated ``vllm.LLM`` is also built with ``enforce_eager=True`` (TRL has no option
+for it; ``GYM_LLM_TRL_VLLM_COMPILE=1`` keeps vLLM's compiled default). Every other case (server mode, GPU builds)
+runs TRL's code unchanged.
 
 Importing :mod:`gym_llm_adapters.trl` installs it, so ``GRPOTrainer(..., args=GRPOConfig(use_vllm=True,
 vllm_mode="colocate"))`` trains on vLLM-CPU as written. A TRL whose internals differ from the tested version is
@@ -28,6 +30,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import logging
+import os
 import sys
 import warnings
 from typing import Any, Iterator
@@ -162,3 +165,26 @@ def _patch(module: Any) -> None:
     sync_weights._gym_llm = True  # type: ignore[attr-defined]
     sync_weights._trl_original = trl_sync_weights  # type: ignore[attr-defined]
     cls.sync_weights = sync_weights
+    if getattr(module, "LLM", None) is not None and not getattr(module.LLM, "_gym_llm", False):
+        module.LLM = _eager_on_cpu(module.LLM)
+
+
+_COMPILE_ENV = "GYM_LLM_TRL_VLLM_COMPILE"
+
+
+def _eager_on_cpu(llm_class: Any) -> Any:
+    """TRL's colocated ``vllm.LLM(...)`` with ``enforce_eager=True`` on vLLM-CPU (TRL has no option for it), as the
+    package's own CPU engines run. Otherwise vLLM compiles the model with inductor when TRL builds it: a C++ build
+    of ~10 CPU-s even for the 2-layer test model (and dynamo's tracing besides), repeated for each GEMM path's
+    graph. ``GYM_LLM_TRL_VLLM_COMPILE=1`` keeps vLLM's default (compiled); GPU builds are never changed."""
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        if _is_cpu_platform() and os.environ.get(_COMPILE_ENV, "0") != "1" and "enforce_eager" not in kwargs:
+            kwargs["enforce_eager"] = True
+            logger.info("TRL's colocated vLLM on CPU runs eagerly (set %s=1 to let vLLM compile it)", _COMPILE_ENV)
+        return llm_class(*args, **kwargs)
+
+    build._gym_llm = True  # type: ignore[attr-defined]
+    build._vllm_class = llm_class  # type: ignore[attr-defined]
+    build.__doc__ = llm_class.__doc__
+    return build

