@@ -71,7 +71,9 @@ def reload_sync_weights(generation: Any) -> None:
     from gym_llm_adapters.engines.vllm import _quiet_tied_head_reload_warning, _retie_output_head
 
     llm = generation.llm
-    llm.collective_rpc(_quiet_tied_head_reload_warning)  # once per worker; a tied head gets no weights of its own
+    if not getattr(llm, "_gym_llm_quiet_tied_head", False):  # once per engine; a tied head gets no weights of its own
+        llm.collective_rpc(_quiet_tied_head_reload_warning)
+        llm._gym_llm_quiet_tied_head = True
     # In process (TRL's colocated engine uses the external_launcher executor), so the generator is consumed inside
     # TRL's gather contexts, one tensor at a time.
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": _cloned(generation._iter_named_params())})
