@@ -187,8 +187,8 @@ def eager_sampler_helper() -> None:
         return
     from vllm.v1.sample import sampler
 
-    compiled = sampler.batched_count_greater_than
-    original = getattr(compiled, "_torchdynamo_orig_callable", None)
+    # a vLLM without this helper (or where it is not compiled) is left as it is
+    original = getattr(getattr(sampler, "batched_count_greater_than", None), "_torchdynamo_orig_callable", None)
     if original is not None:
         sampler.batched_count_greater_than = original
 

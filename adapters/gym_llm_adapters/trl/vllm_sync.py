@@ -167,7 +167,7 @@ def _patch(module: Any) -> None:
     sync_weights._gym_llm = True  # type: ignore[attr-defined]
     sync_weights._trl_original = trl_sync_weights  # type: ignore[attr-defined]
     cls.sync_weights = sync_weights
-    if getattr(module, "LLM", None) is not None and not getattr(module.LLM, "_gym_llm", False):
+    if getattr(module, "LLM", None) is not None:  # (once: the sync_weights check above returns on a second call)
         module.LLM = _eager_on_cpu(module.LLM)
 
 
@@ -186,7 +186,5 @@ def _eager_on_cpu(llm_class: Any) -> Any:
             logger.info("TRL's colocated vLLM on CPU runs eagerly (set %s=1 to let vLLM compile it)", _COMPILE_ENV)
         return llm_class(*args, **kwargs)
 
-    build._gym_llm = True  # type: ignore[attr-defined]
-    build._vllm_class = llm_class  # type: ignore[attr-defined]
     build.__doc__ = llm_class.__doc__
     return build
