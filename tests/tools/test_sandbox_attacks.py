@@ -135,13 +135,26 @@ def run(env, code: str) -> tuple[str, dict]:
     return message.content, call
 
 
-def assert_next_episode_works(env, *, within_s: float = 2.0) -> None:
-    """A new episode starts promptly (nothing the code did stalls the host) and runs code and scoring normally."""
+def _reset_and_run(env) -> float:
+    """Seconds to start a new episode and run one small block in it (checked to work)."""
     start = time.perf_counter()
     env.reset(seed=1)
     content, call = run(env, "marker = 6 * 7\nprint(marker)")
     assert call["status"] == "ok" and content.strip() == "42"
-    assert time.perf_counter() - start < within_s, time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def assert_next_episode_works(env, *, within_s: float = 2.0) -> None:
+    """A new episode starts promptly (nothing the code did stalls the host) and runs code and scoring normally.
+
+    "Promptly": at most ``within_s`` beyond what a clean new episode takes on this machine now. A loaded or slow
+    machine can take longer than ``within_s`` for any new episode (a sandbox starts a REPL); so when the first one
+    is slow, a second, clean one is timed right after it and only the difference counts, which a stall the code
+    left behind (a wait on a process, pipe or cgroup) shows up in and machine load does not."""
+    elapsed = _reset_and_run(env)
+    if elapsed >= within_s:
+        clean = _reset_and_run(env)
+        assert elapsed - clean < within_s, f"{elapsed:.2f} s after the code, {clean:.2f} s for a clean episode"
     _, reward, terminated, _, info = env.step("The answer is\n#### 42")
     assert terminated and reward == 1.0 and info["correct"]
 
