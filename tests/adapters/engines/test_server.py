@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -14,10 +16,13 @@ GREEDY = SamplingConfig(temperature=0.0, max_tokens=16)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_path):
+def server(tiny_model_path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vllm-serve")
     srv = VLLMServer(tiny_model_path, served_model_name="tiny",
                      args=["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)],
-                     env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"})
+                     env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
+                          "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")},  # what a compile would write
+                     log_path=folder / "server.log")
     srv.start()
     process = srv.process
     yield srv
@@ -44,6 +49,28 @@ def assert_same(a_list, b_list):
         assert a.token_ids.tolist() == b.token_ids.tolist() and a.prompt_ids.tolist() == b.prompt_ids.tolist()
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
         assert a.finish_reason == b.finish_reason and a.text == b.text
+
+
+def test_the_server_runs_with_the_packages_cpu_paths(server):
+    """VLLMServer starts vLLM's API server through serve_main, which applies this process's CPU path (forced ones
+    too, under scripts/ci_matrix.sh) before vLLM loads; its first log line says which."""
+    from gym_llm_adapters.engines import cpu_paths
+
+    assert server.command()[1:3] == ["-m", "gym_llm_adapters.engines.serve_main"]
+    lines = server.log_path.read_text().splitlines()
+    applied = f"gym-llm CPU paths applied: {cpu_paths.describe()}; GEMM backend {cpu_paths.forced_gemm()}"
+    assert lines[0] == applied
+    engine_start = next(i for i, line in enumerate(lines) if "Initializing a V1 LLM engine" in line)
+    assert applied in lines[1:engine_start], "the engine core vLLM spawned applies them before it builds a model"
+
+
+def test_sampling_with_log_probs_builds_no_inductor_kernels_in_the_server(server, engine, prompts):
+    """vLLM torch.compiles one sampler helper; on CPU that was a C++ build in the server's engine core at the first
+    request with log-probs (cpu_paths.eager_sampler_helper)."""
+    samples = engine.generate(prompts, SamplingConfig(max_tokens=4, seed=0))
+    assert all(np.isfinite(s.logprobs).all() and len(s.logprobs) == len(s.token_ids) for s in samples)
+    cache = Path(server.env["TORCHINDUCTOR_CACHE_DIR"])
+    assert not cache.exists() or not any(cache.rglob("*.so")), sorted(cache.rglob("*"))[:5]
 
 
 def test_token_ids_in_and_out_match_transformers(engine, hf_engine, prompts):

@@ -1,0 +1,40 @@
+"""``python -m gym_llm_adapters.engines.serve_main ARGS``: vLLM's OpenAI-compatible API server (``vllm serve``'s
+``python -m vllm.entrypoints.openai.api_server ARGS``, same arguments) with :func:`cpu_paths.apply` run first.
+
+:class:`~gym_llm_adapters.engines.server_process.VLLMServer` starts servers this way, so a server gets what the
+package's in-process engines get: a forced CPU path (``GYM_LLM_CPU_ISA``, ``GYM_LLM_VLLM_GEMM``;
+``scripts/ci_matrix.sh`` runs the suite under each) and the sampler helper run eagerly on CPU (no inductor C++
+build at the first request that asks for log-probs). They reach the engine-core and worker processes vLLM starts
+from here while those are forked (``VLLM_WORKER_MULTIPROC_METHOD=fork``, vLLM's default on CPU) or in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``); a spawned engine core would not inherit them. The first log line names the
+paths in effect.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+API_SERVER = "vllm.entrypoints.openai.api_server"
+
+
+def apply_cpu_paths() -> None:
+    from gym_llm_adapters.engines import cpu_paths
+
+    cpu_paths.apply()
+    print(f"gym-llm CPU paths applied: {cpu_paths.describe()}; GEMM backend {cpu_paths.forced_gemm()}",
+          file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    apply_cpu_paths()
+    sys.argv[0] = API_SERVER
+    # alter_sys=False: ``sys.modules["__main__"]`` stays this module, so multiprocessing's spawned children (the
+    # engine core) import it as ``__mp_main__`` and apply the same paths (below) before vLLM builds a model there.
+    runpy.run_module(API_SERVER, run_name="__main__", alter_sys=False)
+
+
+if __name__ == "__main__":
+    main()
+elif __name__ == "__mp_main__":  # a process vLLM spawned from the server (engine core, workers)
+    apply_cpu_paths()
