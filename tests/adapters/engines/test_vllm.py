@@ -124,3 +124,29 @@ def test_sampling_with_log_probs_compiles_nothing_and_ranks_stay_exact(vllm_engi
     x = torch.randn(4, 97, generator=torch.Generator().manual_seed(0))
     values = x[:, 5:6]
     assert helper(x, values).tolist() == [sum(float(v) >= float(row[5]) for v in row) for row in x]
+
+
+def test_a_second_in_process_engine_closed_or_collected_leaves_the_first_working(vllm_engine, tiny_model_path, prompts):
+    """vLLM's distributed state is per process and an in-process engine core tore it down when it shut down or was
+    garbage-collected, breaking every other engine of the process ("pipeline model parallel group is not
+    initialized"); now the last engine core to go tears it down."""
+    import gc
+
+    from gym_llm_adapters.engines import VLLMEngine
+
+    want = [c.token_ids.tolist() for c in vllm_engine.generate(prompts, GREEDY)]
+    kwargs = dict(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=32 << 20)
+
+    second = VLLMEngine(tiny_model_path, **kwargs)
+    assert [c.token_ids.tolist() for c in second.generate(prompts, GREEDY)] == want
+    del second
+    gc.collect()  # its engine core is finalized, i.e. shut down
+    assert [c.token_ids.tolist() for c in vllm_engine.generate(prompts, GREEDY)] == want
+
+    third = VLLMEngine(tiny_model_path, **kwargs)
+    client = third.llm.llm_engine.engine_core
+    third.close()
+    assert not client._finalizer.alive, "close() shut the engine core down"
+    with pytest.raises(RuntimeError, match="closed"):
+        third.generate(prompts, GREEDY)
+    assert [c.token_ids.tolist() for c in vllm_engine.generate(prompts, GREEDY)] == want
