@@ -15,7 +15,9 @@ import pytest  # noqa: E402
 
 from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 
-cpu_paths.apply()  # a forced CPU path (scripts/ci_matrix.sh) must be in place before anything imports vLLM
+# A forced CPU path (scripts/ci_matrix.sh) must be in place before anything imports vLLM. Not the sampler helper: that
+# imports vLLM (~5 CPU-s per pytest-xdist worker at collection); engines apply it when they load vLLM.
+cpu_paths.apply(sampler=False)
 
 
 @pytest.fixture(scope="session")

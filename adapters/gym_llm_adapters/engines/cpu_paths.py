@@ -151,9 +151,10 @@ def _cap_torch_predicates(level: str) -> None:
         setattr(torch.cpu, name, capped)
 
 
-def apply() -> None:
-    """Apply ``GYM_LLM_CPU_ISA`` and ``GYM_LLM_VLLM_GEMM`` to this process (idempotent), and
-    :func:`eager_sampler_helper`.
+def apply(*, sampler: bool = True) -> None:
+    """Apply ``GYM_LLM_CPU_ISA`` and ``GYM_LLM_VLLM_GEMM`` to this process (idempotent), and (``sampler=True``)
+    :func:`eager_sampler_helper`, which imports vLLM; ``sampler=False`` imports vLLM only for a forced GEMM backend
+    (a test session calls it early, at collection; the package's engines call ``apply()`` when they load vLLM).
 
     Call before vLLM builds a model; the ISA cap must come before vLLM's kernels are imported (the package's
     vLLM entry points call this first). Raises ``ValueError`` on a bad value, naming the choices.
@@ -169,7 +170,8 @@ def apply() -> None:
                            " ".join(f"{k}={v}" for k, v in missing.items()))
     if level is not None or gemm != "auto":
         _install_gemm_dispatch()
-    eager_sampler_helper()
+    if sampler:
+        eager_sampler_helper()
 
 
 def eager_sampler_helper() -> None:
