@@ -39,6 +39,12 @@ def test_sb3_env_checker_passes_in_tokens_mode(env_id, case):
         assert len(found) == 1 and found[0].startswith(DICT_ACTION), found
 
 
+@pytest.fixture(autouse=True)
+def _sb3_logs_in_tmp(tmp_path, monkeypatch):
+    """SB3's default logger makes a folder in the system temp dir per model (/tmp/SB3-<date>): keep it in tmp_path."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3"))
+
+
 def test_sb3_env_checker_refuses_text_mode_with_its_reason():
     env = gym.make("LLMGSM8K-v0", source="arithmetic")
     with pytest.raises(AssertionError, match="must be a numpy array"):

@@ -12,7 +12,6 @@ flag ``_compute_loss`` reads — without starting a vLLM engine the loss never t
 from __future__ import annotations
 
 import itertools
-import tempfile
 import warnings
 
 import pytest
@@ -28,7 +27,7 @@ AGGREGATION = {"grpo": "sequence_mean", "bnpo": "token_mean", "dapo": "token_mea
 
 
 @pytest.fixture(scope="module")
-def trl_setup():
+def trl_setup(tmp_path_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from datasets import Dataset
@@ -39,7 +38,7 @@ def trl_setup():
     path = tiny_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(path)
     dataset = Dataset.from_dict({"prompt": ["hi"] * B})
-    out_dir = tempfile.mkdtemp(prefix="trl-parity-")
+    out_dir = str(tmp_path_factory.mktemp("trl-parity"))
 
     def build(**options):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
