@@ -152,11 +152,14 @@ def assert_next_episode_works(env, *, within_s: float = 2.0) -> None:
     """A new episode starts promptly (nothing the code did stalls the host) and runs code and scoring normally.
 
     "Promptly": at most ``within_s`` beyond what a clean new episode takes on this machine now (:func:`_reset_and_run`
-    times both alike). When the first is slow, a clean one is timed right after it and only the difference counts:
-    a stall the code left behind (a wait on a process, pipe or cgroup) shows up in it, machine load does not."""
+    times both alike). Each episode gets a fresh REPL, started in the background while the episode before it runs;
+    after a short episode on a loaded machine the next one waits for it (seen: 2.4-2.6 s against 0.02 s when it was
+    ready). So when the first is slow, clean episodes are timed right after short ones (the same wait, nothing the
+    code did) and only the excess over the slowest counts: a stall the code left behind (a wait on a process, pipe or
+    cgroup) shows up in it, machine load does not."""
     elapsed = _reset_and_run(env)
     if elapsed >= within_s:
-        clean = _reset_and_run(env)
+        clean = max(_reset_and_run(env) for _ in range(3))
         assert elapsed - clean < within_s, f"{elapsed:.2f} s after the code, {clean:.2f} s for a clean episode"
     _, reward, terminated, _, info = env.step("The answer is\n#### 42")
     assert terminated and reward == 1.0 and info["correct"]
