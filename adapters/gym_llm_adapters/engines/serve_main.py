@@ -4,10 +4,9 @@
 :class:`~gym_llm_adapters.engines.server_process.VLLMServer` starts servers this way, so a server gets what the
 package's in-process engines get: a forced CPU path (``GYM_LLM_CPU_ISA``, ``GYM_LLM_VLLM_GEMM``;
 ``scripts/ci_matrix.sh`` runs the suite under each) and the sampler helper run eagerly on CPU (no inductor C++
-build at the first request that asks for log-probs). They reach the engine-core and worker processes vLLM starts
-from here while those are forked (``VLLM_WORKER_MULTIPROC_METHOD=fork``, vLLM's default on CPU) or in-process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``); a spawned engine core would not inherit them. The first log line names the
-paths in effect.
+build at the first request that asks for log-probs). The API server starts its engine core as a separate process;
+a spawned one re-imports ``__main__``, which stays this module (imported there as ``__mp_main__``, it applies them
+too), and a forked one inherits them. Each process prints one line to stderr naming the paths in effect.
 """
 
 from __future__ import annotations
