@@ -215,6 +215,24 @@ def test_a_failed_set_up_leaves_no_copy_and_the_parent_running(target):
     assert _children() == children_before, "the half-made copy was killed and reaped"
 
 
+def test_threads_or_shared_memory_are_refused_and_the_parent_runs_on(target):
+    """Only the stopped thread would be copied (a lock another holds would stay held in the copy), and MAP_SHARED
+    memory would stay shared between parent and copy: both are refused, naming why."""
+    target.ask("import threading, time\nstop = threading.Event()\nworker = threading.Thread(target=stop.wait)\n"
+               "worker.start()")
+    with pytest.raises(CowForkError, match="runs 2 threads"):
+        target.fork()
+    target.ask("stop.set(); worker.join()")
+    target.ask("import mmap\nshared = mmap.mmap(-1, 4096)")  # anonymous mmap objects are MAP_SHARED
+    with pytest.raises(CowForkError, match="1 shared memory mapping"):
+        target.fork()
+    target.ask("shared.close(); del shared")
+    copy = target.fork()
+    assert target.ask("_ = (x, threading.active_count())", copy.channel) == "(1, 1)"
+    assert target.ask("_ = x") == "1"
+    assert _reap(copy) == 0
+
+
 def test_a_pid_that_cannot_be_forked_says_why():
     with pytest.raises(CowForkError, match="cannot stop pid"):
         cow_fork(2**22 + 1, channel_fd=3)

@@ -13,9 +13,13 @@ Gate: a process confined by a seccomp filter that answers ``SECCOMP_RET_TRACE`` 
 the kernel fails them with ``ENOSYS`` — while the same calls injected by the tracer pass: the tracer is attached
 only while it injects, and only to the one thread it stopped (``PTRACE_O_TRACESECCOMP`` lets them through).
 
+Refused (:func:`hazards`, before anything is stopped): a process with more than one thread (only the stopped thread
+is copied: a lock another thread holds — Python's GIL — would never be released in the copy) or with shared memory
+mappings (``MAP_SHARED`` memory stays shared across ``clone``: a channel between parent and copy).
+
 What the fork does *not* do (the caller's part, e.g. the sandbox's): give the copy its own scratch files (its mount
 namespace starts as a copy of the parent's, so the same tmpfs is mounted at the same place: over-mount a fresh one
-through ``setup``), refuse parents with ``MAP_SHARED`` memory or threads in the middle of something, and reap it.
+through ``setup``), and reap it.
 
 Not thread-safe per tracee; every ptrace call of one fork must come from the thread that made it (the kernel ties a
 tracee to the tracing thread), which :func:`cow_fork` does by running start to end in its caller's thread.
@@ -33,7 +37,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CowForkError", "Forked", "Tracee", "cow_fork", "unsupported_reason", "NAMESPACES", "GATED_SYSCALLS"]
+__all__ = ["CowForkError", "Forked", "Tracee", "cow_fork", "hazards", "unsupported_reason", "NAMESPACES",
+           "GATED_SYSCALLS"]
 
 # x86-64 syscall numbers
 NR = {"read": 0, "close": 3, "mmap": 9, "munmap": 11, "dup2": 33, "getpid": 39, "socketpair": 53, "clone": 56, "chdir": 80,
@@ -61,6 +66,7 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _AT_FDCWD = -100
 _O_RDWR, _O_CLOEXEC = 2, 0o2000000
 _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS = 3, 0x22
+_SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -257,6 +263,27 @@ def _ids(pid: int) -> tuple[int, int]:
     return uid, gid
 
 
+def hazards(pid: int) -> list[str]:
+    """Why a copy of ``pid`` would not be its own (empty: none): other threads, shared memory mappings."""
+    found = []
+    threads = len(os.listdir(f"/proc/{pid}/task"))
+    if threads > 1:
+        found.append(f"it runs {threads} threads (only one would be copied, and a lock another holds, e.g. Python's "
+                     "GIL, would never be released in the copy)")
+    shared = []
+    with open(f"/proc/{pid}/maps") as f:  # (smaps would say "may write" exactly, but reading it takes ms)
+        for line in f:
+            parts = line.split(maxsplit=5)
+            path = parts[5].strip() if len(parts) == 6 else "[anonymous]"
+            # shared and writable: a channel; shared read-only system files (the C library's gconv cache) are not,
+            # where nobody can write them (a sandbox binds them read-only)
+            if parts[1][3] == "s" and ("w" in parts[1] or not path.startswith(_SYSTEM_DIRS)):
+                shared.append(f"{parts[0]} {parts[1]} {path}")
+    if shared:
+        found.append(f"{len(shared)} shared memory mapping(s) the copy would share with it: {'; '.join(shared[:3])}")
+    return found
+
+
 def _write_id_maps(pid: int, uid_map: str, gid_map: str) -> None:
     for name, text in (("setgroups", "deny"), ("uid_map", uid_map), ("gid_map", gid_map)):
         with open(f"/proc/{pid}/{name}", "w") as f:
@@ -303,12 +330,19 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     process on a 2-core EPYC); the copy's set-up takes a few ms more.
 
     Raises:
-        CowForkError: not supported here (:func:`unsupported_reason`), the process ended, or a set-up step failed
-            (then the copy is killed and the parent runs on as before).
+        CowForkError: not supported here (:func:`unsupported_reason`), a copy would not be its own (:func:`hazards`:
+            checked again while the process is stopped), the process ended, or a set-up step failed (then the copy
+            is killed and the parent runs on as before).
     """
     reason = unsupported_reason()
     if reason:
         raise CowForkError(reason)
+    try:
+        found = hazards(pid)
+    except OSError as e:
+        raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
+    if found:
+        raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
     started = time.perf_counter()
     flags = NAMESPACES | signal.SIGCHLD | (CLONE_PARENT if reparent else 0)
     try:
@@ -318,6 +352,9 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     child = None
     try:
         seen_ids = _ids(pid)
+        found = hazards(pid)  # again, now that it is stopped: it cannot start a thread or map memory meanwhile
+        if found:
+            raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
     except BaseException:
         parent.detach()
         raise
