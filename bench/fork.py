@@ -185,7 +185,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for workload in args.workload.split(","):
         r = bench_cow(workload.strip(), args.k)
-        base = reexec[workload]["first_call_s"] - reexec[workload]["parent_call_s"] + reexec[workload]["fork_s"] / args.k
+        old = reexec[workload]
+        base = old["first_call_s"] - old["parent_call_s"] + old["fork_s"] / args.k
         print(f"| {workload} | {1000 * r['ready_s']:.1f} / {1000 * r['ready_max_s']:.1f} ms | "
               f"{1000 * r['stopped_s']:.1f} ms | {1000 * r['first_call_s']:.1f} / {1000 * r['parent_call_s']:.1f} ms "
               f"| {r['parent_mb']:.0f} MB | {r['family_mb']:.0f} MB | {r['family_mb'] / r['parent_mb']:.2f}x "

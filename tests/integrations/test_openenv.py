@@ -22,12 +22,18 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
-from openenv.core.generic_client import GenericEnvClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 import gym_llm  # noqa: F401  (registers the ids)
-from gym_llm.integrations.openenv import GymLLMAction, create_app, start_server
+import gym_llm.integrations.openenv as gym_llm_openenv  # its server names import OpenEnv on first use
+
+def GenericEnvClient(*args, **kwargs):  # noqa: N802 (OpenEnv's class, imported where used: ~3 s of imports, which
+    """pytest-xdist workers that do not run this file need not pay at collection)"""
+    from openenv.core.generic_client import GenericEnvClient as client
+
+    return client(*args, **kwargs)
+
 
 pytestmark = pytest.mark.xdist_group("openenv")  # the servers are module fixtures: keep the file on one worker
 
@@ -90,7 +96,7 @@ def openenv_episode(url: str, policy, *, seed: int | None = None, task_id: int |
         result = client.reset(**fields)
         steps = [as_step(result)]
         while not result.done:
-            result = client.step(GymLLMAction(text=policy(result.observation["messages"])))
+            result = client.step(gym_llm_openenv.GymLLMAction(text=policy(result.observation["messages"])))
             steps.append(as_step(result))
         state = client.state()
     assert state["step_count"] == len(steps) - 1 and state["total_reward"] == sum(s[1] for s in steps[1:])
@@ -150,7 +156,7 @@ def gsm8k_url(gsm8k_server):
 
 @pytest.fixture(scope="module")
 def chat_server():
-    with start_server("LLMChat-v0", ping_interval_s=PING_S, ping_timeout_s=PING_S) as server:
+    with gym_llm_openenv.start_server("LLMChat-v0", ping_interval_s=PING_S, ping_timeout_s=PING_S) as server:
         yield server
 
 
@@ -161,7 +167,8 @@ def tool_kwargs(gsm8k_test_file):
 
 @pytest.fixture(scope="module")
 def tool_server(tool_kwargs):
-    with start_server("LLMPythonTool-v0", tool_kwargs, ping_interval_s=PING_S, ping_timeout_s=PING_S) as server:
+    with gym_llm_openenv.start_server("LLMPythonTool-v0", tool_kwargs, ping_interval_s=PING_S,
+                                      ping_timeout_s=PING_S) as server:
         yield server
 
 
@@ -212,7 +219,7 @@ def test_32_concurrent_clients_hold_isolated_sessions(gsm8k_url):
                 live.update(await asyncio.to_thread(get_json, gsm8k_url + "/gym_llm/sessions"))
                 counted.set()
             await asyncio.wait_for(counted.wait(), 30)  # ...until the server has counted them
-            result = await env.step(GymLLMAction(text=sum_policy(result.observation["messages"])))
+            result = await env.step(gym_llm_openenv.GymLLMAction(text=sum_policy(result.observation["messages"])))
             steps.append(as_step(result))
             state = await env.state()
             return steps, result.observation["messages"], state
@@ -280,7 +287,7 @@ def test_bad_requests_get_protocol_errors_and_the_session_goes_on(gsm8k_url):
 
 
 def test_more_sessions_than_allowed_are_refused_with_capacity_reached():
-    with start_server("LLMChat-v0", max_sessions=1) as server:
+    with gym_llm_openenv.start_server("LLMChat-v0", max_sessions=1) as server:
         first = GenericEnvClient(base_url=server.url).sync()
         first.connect()
         first.reset(task_id=0)
@@ -465,13 +472,13 @@ def test_openenv_v0_says_what_to_pass():
 
 def test_servers_refuse_what_they_cannot_serve():
     with pytest.raises(ValueError, match="unknown gym_llm env id 'LLMGSM8K'"):
-        create_app("LLMGSM8K")
+        gym_llm_openenv.create_app("LLMGSM8K")
     with pytest.raises(ValueError, match="speaks text"):
-        create_app("LLMChat-v0", {"mode": "tokens"})
+        gym_llm_openenv.create_app("LLMChat-v0", {"mode": "tokens"})
     with pytest.raises(ValueError, match="not a text env"):
-        create_app("LLMHashing-v0", {"vocab_size": 16, "prompts": [[1, 2]]})
+        gym_llm_openenv.create_app("LLMHashing-v0", {"vocab_size": 16, "prompts": [[1, 2]]})
     with pytest.raises(ValueError, match="max_sessions must be an int >= 1"):
-        create_app("LLMChat-v0", max_sessions=0)
+        gym_llm_openenv.create_app("LLMChat-v0", max_sessions=0)
 
 
 def test_serve_command_refuses_bad_input_in_one_line():

@@ -15,19 +15,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import gymnasium as gym
 import pytest
-import verifiers.v1 as vf
-from verifiers.v1.clients import EvalClientConfig, ModelContext
 
 import gym_llm  # noqa: F401  (registers the ids)
-from gym_llm.integrations.verifiers import (
-    REWARD_NAME,
-    TASKSET_ID,
-    GymLLMEnv,
-    GymLLMHarness,
-    GymLLMTaskset,
-    GymLLMTasksetConfig,
-    load_environment,
-)
+
+
+class _OnUse:
+    """A module imported at its first attribute use: verifiers (and the integration, which subclasses its classes)
+    import in ~3 s, which the pytest-xdist worker that does not run this file need not pay at collection."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        import importlib
+
+        if attribute.startswith("_"):  # pytest's collection looks for its own markers on every module attribute
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+vf = _OnUse("verifiers.v1")
+gv = _OnUse("gym_llm.integrations.verifiers")
 
 pytestmark = pytest.mark.xdist_group("verifiers")  # one scripted model, one vf-eval subprocess: one worker
 
@@ -88,8 +96,10 @@ class ScriptedModel:
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def ctx(self, policy: str) -> ModelContext:
+    def ctx(self, policy: str):
         """What ``vf-eval -m <policy> --client.base-url ...`` gives the env."""
+        from verifiers.v1.clients import EvalClientConfig, ModelContext
+
         return ModelContext(model=policy, client=EvalClientConfig(base_url=self.base_url,
                                                                   api_key_var="GYM_LLM_SCRIPTED_KEY"))
 
@@ -109,7 +119,7 @@ def vf_eval(model, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("vf_eval")
     code = ("import sys; from verifiers.v1.cli.eval.main import main; main(sys.argv[1:]); "
             "print('IMPORTED', [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'vllm')])")
-    argv = [TASKSET_ID, "--env.taskset.env-id", "LLMGSM8K-v0", "--env.taskset.env-kwargs", json.dumps(ARITH),
+    argv = [gv.TASKSET_ID, "--env.taskset.env-id", "LLMGSM8K-v0", "--env.taskset.env-kwargs", json.dumps(ARITH),
             "-m", "sum", "--client.base-url", model.base_url, "--client.api-key-var", "GYM_LLM_SCRIPTED_KEY",
             "-n", "3", "--output-dir", str(out_dir), "--push", "false", "--rich", "None"]
     process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -164,25 +174,25 @@ def assert_matches_native(env_id, kwargs, task_id, policy, episode, requests):
     assert [plain(r["messages"]) for r in requests] == [plain(p) for p in prompts]  # what the model saw
     assert plain(trace.messages) == plain(messages)  # the conversation verifiers recorded
     assert trace.info["gym_llm"]["rewards"] == rewards
-    assert trace.rewards[REWARD_NAME].score == pytest.approx(sum(rewards))
+    assert trace.rewards[gv.REWARD_NAME].score == pytest.approx(sum(rewards))
     assert trace.reward == pytest.approx(sum(rewards))
     return trace, rewards
 
 
 # ------------------------------------------------------------------------------------------- tests
 def test_verifiers_loader_finds_the_gym_llm_plugin():
-    assert vf.environment_class(TASKSET_ID) is GymLLMEnv
-    assert vf.import_taskset(TASKSET_ID).GymLLMTaskset is GymLLMTaskset
-    assert vf.default_harness_id(TASKSET_ID) == TASKSET_ID  # the taskset's own harness, not verifiers' bash
-    assert vf.taskset_config_type(TASKSET_ID) is GymLLMTasksetConfig
-    config = vf.resolve_env_config({"taskset": {"id": TASKSET_ID, "env_id": "LLMGSM8K-v0", "env_kwargs": ARITH}})
+    assert vf.environment_class(gv.TASKSET_ID) is gv.GymLLMEnv
+    assert vf.import_taskset(gv.TASKSET_ID).GymLLMTaskset is gv.GymLLMTaskset
+    assert vf.default_harness_id(gv.TASKSET_ID) == gv.TASKSET_ID  # the taskset's own harness, not verifiers' bash
+    assert vf.taskset_config_type(gv.TASKSET_ID) is gv.GymLLMTasksetConfig
+    config = vf.resolve_env_config({"taskset": {"id": gv.TASKSET_ID, "env_id": "LLMGSM8K-v0", "env_kwargs": ARITH}})
     env = vf.load_environment(config)
-    assert isinstance(env, GymLLMEnv) and isinstance(env._harnesses["agent"], GymLLMHarness)
+    assert isinstance(env, gv.GymLLMEnv) and isinstance(env._harnesses["agent"], gv.GymLLMHarness)
     assert env.config.agent.runtime.type == "subprocess"
 
 
 def test_single_turn_gsm8k_matches_the_native_env(model):
-    env = load_environment("LLMGSM8K-v0", env_kwargs=ARITH, task_ids=[0, 3])
+    env = gv.load_environment("LLMGSM8K-v0", env_kwargs=ARITH, task_ids=[0, 3])
     tasks = list(env.taskset)
     assert [t.key for t in tasks] == ["LLMGSM8K-v0#0", "LLMGSM8K-v0#3"]
     assert tasks[0].data.prompt[0].content.startswith("What is ")
@@ -194,7 +204,7 @@ def test_single_turn_gsm8k_matches_the_native_env(model):
 
 def test_ifeval_rewards_are_the_env_checkers(model, ifeval_file):
     kwargs = {"data_files": str(ifeval_file)}
-    env = load_environment("LLMIFEval-v0", env_kwargs=kwargs, task_ids=[0, 1])
+    env = gv.load_environment("LLMIFEval-v0", env_kwargs=kwargs, task_ids=[0, 1])
     tasks = list(env.taskset)
     traces = [assert_matches_native("LLMIFEval-v0", kwargs, task.data.task_id, ifeval_policy, episode, requests)[0]
               for task, (episode, requests) in zip(tasks, run_episodes(env, model, "ifeval", tasks), strict=True)]
@@ -210,7 +220,7 @@ async def count_replies(trace) -> float:
 
 
 def test_multi_turn_chat_and_python_tool_match_the_native_env(model, gsm8k_test_file):
-    env = load_environment("LLMChat-v0", task_ids=[0])
+    env = gv.load_environment("LLMChat-v0", task_ids=[0])
     [(episode, requests)] = run_episodes(env, model, "chat", list(env.taskset))
     trace, _ = assert_matches_native("LLMChat-v0", {}, 0, chat_policy, episode, requests)
     assert sum(m.role == "user" for m in trace.messages) >= 2  # the scripted user's next turns came back
@@ -218,13 +228,13 @@ def test_multi_turn_chat_and_python_tool_match_the_native_env(model, gsm8k_test_
 
     # the chat env's reward is a Python function: under verifiers it is a reward function plugged by import path
     plugged = {"task": {"rewards": {"replies": {"fn": f"{__name__}:count_replies", "weight": 0.5}}}}
-    env = load_environment("LLMChat-v0", task_ids=[0], taskset=plugged)
+    env = gv.load_environment("LLMChat-v0", task_ids=[0], taskset=plugged)
     [(episode, requests)] = run_episodes(env, model, "chat", list(env.taskset))
     (trace,) = episode.traces
     assert trace.rewards["replies"].score == len(requests) and trace.reward == 0.5 * len(requests)
 
     kwargs = {"data_files": str(gsm8k_test_file), "sandbox": {"min_idle": 0, "timeout_s": 10.0}}
-    env = load_environment("LLMPythonTool-v0", env_kwargs=kwargs, task_ids=[3])
+    env = gv.load_environment("LLMPythonTool-v0", env_kwargs=kwargs, task_ids=[3])
     [(episode, requests)] = run_episodes(env, model, "tool", list(env.taskset))
     trace, _ = assert_matches_native("LLMPythonTool-v0", kwargs, 3, tool_policy, episode, requests)
     assert [m.role for m in trace.messages[-3:]] == ["assistant", "tool", "assistant"]
@@ -236,7 +246,7 @@ def test_multi_turn_chat_and_python_tool_match_the_native_env(model, gsm8k_test_
 def test_agent_limits_end_the_episode_early(model):
     """``--env.agent.max-turns 1`` on a multi-turn chat: verifiers stops after one reply; the gym_llm episode is left
     unfinished and says so."""
-    env = load_environment("LLMChat-v0", task_ids=[0], agent={"max_turns": 1})
+    env = gv.load_environment("LLMChat-v0", task_ids=[0], agent={"max_turns": 1})
     [(episode, requests)] = run_episodes(env, model, "chat", list(env.taskset))
     (trace,) = episode.traces
     assert len(requests) == 1 and trace.stop_condition == "max_turns"
@@ -245,18 +255,18 @@ def test_agent_limits_end_the_episode_early(model):
 
 def test_bad_configuration_says_what_to_pass():
     with pytest.raises(ValueError, match=r"expected a registered gym_llm env id.*got 'LLMNope-v0'.*env-id"):
-        load_environment("LLMNope-v0")
+        gv.load_environment("LLMNope-v0")
     with pytest.raises(ValueError, match="got ''"):  # the id alone parses (verifiers' CLI does that), then says
-        vf.load_environment(vf.resolve_env_config({"taskset": {"id": TASKSET_ID}}))
+        vf.load_environment(vf.resolve_env_config({"taskset": {"id": gv.TASKSET_ID}}))
     with pytest.raises(ValueError, match="verifiers speaks text.*Drop 'mode'"):
-        load_environment("LLMGSM8K-v0", env_kwargs={**ARITH, "mode": "tokens"})
+        gv.load_environment("LLMGSM8K-v0", env_kwargs={**ARITH, "mode": "tokens"})
     with pytest.raises(ValueError, match="expected JSON values"):
-        load_environment("LLMChat-v0", env_kwargs={"reward_fn": lambda task, messages: 1.0})
+        gv.load_environment("LLMChat-v0", env_kwargs={"reward_fn": lambda task, messages: 1.0})
     with pytest.raises(ValueError, match="indices >= 0"):
-        load_environment("LLMGSM8K-v0", env_kwargs=ARITH, task_ids=[-1])
+        gv.load_environment("LLMGSM8K-v0", env_kwargs=ARITH, task_ids=[-1])
     with pytest.raises(ValueError, match="expected a chat env.*got LLMTokens-v0"):
-        list(load_environment("LLMTokens-v0").taskset)
-    env = load_environment("LLMChat-v0", task_ids=[10_000])
+        list(gv.load_environment("LLMTokens-v0").taskset)
+    env = gv.load_environment("LLMChat-v0", task_ids=[10_000])
     with pytest.raises(ValueError, match=r"task source has \d+ tasks.*got 10000"):
         list(env.taskset)
 
@@ -277,4 +287,4 @@ def test_vf_eval_runs_a_gym_llm_env_and_imports_no_torch(vf_eval):
     episodes = [json.loads(line) for line in traces_file.read_text().splitlines()]
     traces = [trace for episode in episodes for trace in episode["traces"]]
     assert sorted(t["task"]["data"]["task_id"] for t in traces) == [0, 1, 2]
-    assert [t["rewards"][REWARD_NAME]["score"] for t in traces] == [1.0, 1.0, 1.0]
+    assert [t["rewards"][gv.REWARD_NAME]["score"] for t in traces] == [1.0, 1.0, 1.0]

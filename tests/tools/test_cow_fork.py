@@ -145,8 +145,8 @@ def test_a_copy_of_a_copy_and_the_parent_ending_first(target):
     def from_the_copys_namespace(pid, uid_map, gid_map):
         script = f"printf deny > /proc/{pid}/setgroups && printf '{uid_map}' > /proc/{pid}/uid_map && " \
                  f"printf '{gid_map}' > /proc/{pid}/gid_map"
-        done = subprocess.run(["nsenter", "--preserve-credentials", "-U", "-t", str(copy.pid), "sh", "-c", script], capture_output=True,
-                              text=True)
+        done = subprocess.run(["nsenter", "--preserve-credentials", "-U", "-t", str(copy.pid), "sh", "-c", script],
+                              capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
 
     grandchild = cow_fork(copy.pid, channel_fd=target.fd, channel_type=socket.SOCK_SEQPACKET, reparent=False,
@@ -177,13 +177,14 @@ def test_the_gate_lets_only_the_tracer_through():
         t.close()
 
 
-def test_a_process_busy_in_its_own_code_is_copied_mid_computation(target):
+def test_a_process_busy_in_its_own_code_is_copied_mid_computation(target, tmp_path):
     """Stopped outside any system call, the thread gets the injected calls at the C library's syscall instruction;
     parent and copy each finish the computation and answer on their own channel."""
-    target.sock.send(b"import time\nt0 = time.monotonic(); n = 0\nwhile time.monotonic() - t0 < 1.0:\n    n += 1\n"
-                     b"_ = (n > 0, len(big))")
-    deadline = time.monotonic() + 5
-    while not open(f"/proc/{target.process.pid}/syscall").read().startswith(("running", "-1 ")):  # not in a call
+    flag = tmp_path / "looping"
+    target.sock.send(f"import time\nopen({str(flag)!r}, 'w').close()\nt0 = time.monotonic(); n = 0\n"
+                     "while time.monotonic() - t0 < 1.0:\n    n += 1\n_ = (n > 0, len(big))".encode())
+    deadline = time.monotonic() + 10
+    while not flag.exists():  # the cell has arrived and runs its loop (a copy made before would not have it)
         assert time.monotonic() < deadline
         time.sleep(0.01)
     copy = target.fork()
@@ -223,6 +224,10 @@ def test_threads_or_shared_memory_are_refused_and_the_parent_runs_on(target):
     with pytest.raises(CowForkError, match="runs 2 threads"):
         target.fork()
     target.ask("stop.set(); worker.join()")
+    deadline = time.monotonic() + 10
+    while len(os.listdir(f"/proc/{target.process.pid}/task")) > 1:  # a joined thread's task ends a moment later
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     target.ask("import mmap\nshared = mmap.mmap(-1, 4096)")  # anonymous mmap objects are MAP_SHARED
     with pytest.raises(CowForkError, match="1 shared memory mapping"):
         target.fork()
