@@ -35,6 +35,12 @@ TARGET = textwrap.dedent("""
         for name in ("setresuid", "setresgid", "setsid", "capset"):
             f.add_rule(sc.TRACE(0), name)
         f.load()
+    if sys.argv[2] == "forging":  # a filter of its own answers "done" for calls it never makes
+        import pyseccomp as sc
+        f = sc.SyscallFilter(sc.ALLOW)
+        for name in ("close_range", "capset"):
+            f.add_rule(sc.ERRNO(0), name)
+        f.load()
     ns = {"os": os, "ctypes": ctypes}
     while True:
         code = sock.recv(1 << 20)
@@ -59,7 +65,8 @@ FDS = textwrap.dedent("""
     _ = [fd for fd in range(1024) if is_open(fd)]
 """)
 WHO = ("_ = (os.getpid(), os.getuid(), os.getgid(), os.getsid(0) == os.getpid(), "
-       "[line.split()[1] for line in open('/proc/self/status') if line.startswith(('CapEff', 'CapPrm'))])")
+       "[line.split()[1] for line in open('/proc/self/status') "
+       "if line.startswith(('CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs'))])")
 NULL = "st = os.stat('/dev/null'); _ = [os.path.samestat(os.fstat(fd), st) for fd in (0, 1, 2)]"
 
 
@@ -110,7 +117,7 @@ def test_the_copy_has_the_live_state_and_is_alone(target):
         assert pid == 1, "pid 1 of its own pid namespace: it sees no other process"
         assert (uid, gid) == parent_who[1:3], "the same ids as the parent sees itself with"
         assert own_session
-        assert caps == ["0000000000000000", "0000000000000000"], "no capabilities, not even in its own namespace"
+        assert caps == ["0000000000000000"] * 3 + ["1"], "no capabilities, not even in its own namespace, nor by exec"
         assert eval(target.ask(FDS, copy.channel)) == [0, 1, 2, target.fd], "only its channel and /dev/null"
         assert target.ask(NULL, copy.channel) == "[True, True, True]"
         for name in ("user", "pid", "mnt", "ipc", "net", "uts"):  # every namespace is new
@@ -229,13 +236,44 @@ def test_threads_or_shared_memory_are_refused_and_the_parent_runs_on(target):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     target.ask("import mmap\nshared = mmap.mmap(-1, 4096)")  # anonymous mmap objects are MAP_SHARED
-    with pytest.raises(CowForkError, match="1 shared memory mapping"):
+    with pytest.raises(CowForkError, match="1 shared or writable-file memory mapping"):
         target.fork()
     target.ask("shared.close(); del shared")
     copy = target.fork()
     assert target.ask("_ = (x, threading.active_count())", copy.channel) == "(1, 1)"
     assert target.ask("_ = x") == "1"
     assert _reap(copy) == 0
+
+
+def test_a_mapped_file_the_parent_can_write_is_refused(target, tmp_path):
+    """Even a private mapping shows the parent's later writes to the file in pages neither process has written."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"\0" * 4096)
+    target.ask(f"import mmap\nf = open({str(data)!r}, 'rb')\nview = mmap.mmap(f.fileno(), 0, "
+               "flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)")
+    with pytest.raises(CowForkError, match="data.bin"):
+        target.fork(writable_paths=(str(tmp_path),))
+    copy = target.fork(cwd="/")  # other writable places are the caller's to name; the working directory is moved
+    assert target.ask("_ = os.getcwd()", copy.channel) == "'/'"
+    assert _reap(copy) == 0
+
+
+def test_results_a_process_forges_for_the_set_up_are_caught_and_no_copy_is_left():
+    """A process may stack a seccomp filter that answers "done" for close_range and capset without running them:
+    the set-up is read back from /proc before the copy runs, and a caller that knows its filter count refuses it
+    before stopping anything."""
+    t = Target("forging")
+    try:
+        t.ask("x = 9")
+        children_before = _children()
+        with pytest.raises(CowForkError, match="did not hold.*descriptors.*CapPrm"):
+            t.fork()
+        assert _children() == children_before, "the forged copy was killed and reaped"
+        with pytest.raises(CowForkError, match="runs under 1 seccomp filters, not 0"):
+            t.fork(seccomp_filters=0)
+        assert t.ask("_ = x") == "9"
+    finally:
+        t.close()
 
 
 def test_a_pid_that_cannot_be_forked_says_why():

@@ -28,6 +28,7 @@ tracee to the tracing thread), which :func:`cow_fork` does by running start to e
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import signal
@@ -42,7 +43,7 @@ __all__ = ["CowForkError", "Forked", "Tracee", "cow_fork", "hazards", "unsupport
 
 # x86-64 syscall numbers
 NR = {"read": 0, "close": 3, "mmap": 9, "munmap": 11, "dup2": 33, "getpid": 39, "socketpair": 53, "clone": 56,
-      "chdir": 80,
+      "chdir": 80, "keyctl": 250, "prctl": 157,
       "setsid": 112, "setresuid": 117, "setresgid": 119, "capset": 126, "mount": 165, "restart_syscall": 219,
       "openat": 257, "close_range": 436}
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
@@ -68,6 +69,12 @@ _AT_FDCWD = -100
 _O_RDWR, _O_CLOEXEC = 2, 0o2000000
 _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS = 3, 0x22
 _SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
+_STOP_TIMEOUT_S = 10.0
+_FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGSYS, signal.SIGFPE, signal.SIGTRAP}
+_USER_CS, _USER_SS, _TRAP_FLAG = 0x33, 0x2B, 0x100
+_PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 24, 28, 38
+_SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
+_KEYCTL_JOIN_SESSION_KEYRING = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -109,10 +116,24 @@ def _signed(value: int) -> int:
 
 
 def _wait_stop(pid: int) -> int:
-    _, status = os.waitpid(pid, _WALL)
+    """The next ptrace stop of ``pid``, within :data:`_STOP_TIMEOUT_S` (a tracee may block an injected call: a
+    seccomp user-notification filter of its own, a wait it cannot leave)."""
+    deadline, spins = time.monotonic() + _STOP_TIMEOUT_S, 0
+    while True:
+        done, status = os.waitpid(pid, _WALL | os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            raise _Stuck(f"pid {pid} did not stop within {_STOP_TIMEOUT_S:.0f} s of an injected call")
+        spins += 1
+        time.sleep(0 if spins < 200 else 0.0005)  # injected calls take microseconds: yield first, then nap
     if not os.WIFSTOPPED(status):
         raise CowForkError(f"pid {pid} ended while being forked (wait status {status:#x})")
     return status
+
+
+class _Stuck(CowForkError):
+    """A tracee did not come back from an injected call in time."""
 
 
 class Tracee:
@@ -122,18 +143,28 @@ class Tracee:
     blocking call (a ``read`` the process was waiting in) is restarted then, as the kernel would have.
     """
 
-    def __init__(self, pid: int, *, options: int, seized: bool = False, resume_as: _Regs | None = None):
+    def __init__(self, pid: int, *, options: int, seized: bool = False, resume_as: _Regs | None = None,
+                 syscall_at: int | None = None):
         self.pid = pid
         self.forked: int | None = None
-        self.pending_signal = 0  # a signal that arrived while stopped: delivered at detach
+        self.held_signals: list[int] = []  # signals that arrived while it was stopped: sent again after detach
         if not seized:
             _ptrace(_PTRACE_SEIZE, pid, 0, options)
-            self._interrupt()
+            try:
+                self._interrupt()
+            except BaseException:
+                _ptrace_quiet(_PTRACE_DETACH, pid)  # seized but not stopped (it ended, or is stuck): let go
+                raise
         else:
             _ptrace(_PTRACE_SETOPTIONS, pid, 0, options)
-        self.stopped = self.regs()
-        self.resume_as = resume_as if resume_as is not None else self.stopped
-        self.syscall_at = self._syscall_instruction()
+        try:
+            self.stopped = self.regs()
+            self.resume_as = resume_as if resume_as is not None else self.stopped
+            self.syscall_at = syscall_at if syscall_at is not None else self._syscall_instruction()
+        except BaseException:
+            if not seized:
+                _ptrace_quiet(_PTRACE_DETACH, pid)  # stopped, registers untouched: it goes on as it was
+            raise
 
     def _interrupt(self) -> None:
         _ptrace(_PTRACE_INTERRUPT, self.pid)
@@ -141,8 +172,8 @@ class Tracee:
             status = _wait_stop(self.pid)
             if status >> 16 == _EVENT_STOP:
                 return
-            # a signal on its way in: hold it (delivered at detach) and go on to the interrupt's stop
-            self.pending_signal = os.WSTOPSIG(status)
+            # a signal on its way in: hold it (sent again after detach) and go on to the interrupt's stop
+            self.held_signals.append(os.WSTOPSIG(status))
             _ptrace(_PTRACE_CONT, self.pid, 0, 0)
 
     def regs(self) -> _Regs:
@@ -178,10 +209,12 @@ class Tracee:
         own_lib, own_base = _mapping_of(os.getpid(), own)
         if offset_in_function < 0 or own_lib is None:
             raise CowForkError("no syscall instruction found in this process's C library")
+        executable = _executable_ranges(self.pid, own_lib)
         for path, start in _mappings(self.pid):
             if path == own_lib:
                 address = start + (own - own_base) + offset_in_function
-                if (self.peek(address) & 0xFFFF) == 0x050F:
+                if any(low <= address < high - 1 for low, high in executable) and \
+                        (self.peek(address) & 0xFFFF) == 0x050F:
                     return address
         raise CowForkError(f"pid {self.pid} does not map {own_lib} (the C library this process uses)")
 
@@ -189,6 +222,7 @@ class Tracee:
         """Run syscall ``name`` with ``args`` in the tracee; its result (an ``OSError`` for a -errno)."""
         regs = _Regs.from_buffer_copy(self.stopped)
         regs.rax, regs.orig_rax, regs.rip = NR[name], 0xFFFFFFFFFFFFFFFF, self.syscall_at
+        regs.cs, regs.ss, regs.eflags = _USER_CS, _USER_SS, regs.eflags & ~_TRAP_FLAG  # 64-bit mode, no single-step
         for register, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, register, value & 0xFFFFFFFFFFFFFFFF)
         self._set_regs(regs)
@@ -202,17 +236,27 @@ class Tracee:
                 _ptrace(_PTRACE_GETEVENTMSG, self.pid, 0, ctypes.addressof(message))
                 self.forked = message.value
             elif event == _EVENT_SECCOMP:
-                pass  # the gate: the tracer is here, so the call goes on
+                self._check_entry(name)  # the gate: the tracer is here, so *this* call goes on
             elif sig == signal.SIGTRAP | 0x80:
                 syscall_stops += 1
-                if syscall_stops == 2:
+                if syscall_stops == 1:
+                    self._check_entry(name)
+                else:
                     result = _signed(self.regs().rax)
                     if -4096 < result < 0:
                         raise OSError(-result, f"{name} in pid {self.pid}: {os.strerror(-result)}")
                     return result
+            elif event == 0 and sig in _FAULTS:  # the injected instruction faulted: nothing will make it pass
+                raise CowForkError(f"{name} injected into pid {self.pid} faulted ({signal.Signals(sig).name})")
             elif event == 0:
-                self.pending_signal = sig  # a signal arrived: hold it for detach
+                self.held_signals.append(sig)  # a signal arrived: held, sent again after detach
             _ptrace(_PTRACE_SYSCALL, self.pid)
+
+    def _check_entry(self, name: str) -> None:
+        regs = self.regs()
+        if regs.orig_rax != NR[name] or regs.rip != self.syscall_at + 2:
+            raise CowForkError(f"pid {self.pid} entered syscall {_signed(regs.orig_rax)} at {regs.rip:#x}, not the "
+                               f"injected {name} ({NR[name]}) at {self.syscall_at + 2:#x}")
 
     def detach(self) -> None:
         """Give the thread back the registers of :attr:`resume_as` (restarting the blocking call it was in) and let
@@ -224,7 +268,30 @@ class Tracee:
             regs.rip -= 2
             regs.orig_rax = 0xFFFFFFFFFFFFFFFF
         self._set_regs(regs)
-        _ptrace(_PTRACE_DETACH, self.pid, 0, self.pending_signal)
+        _ptrace(_PTRACE_DETACH, self.pid, 0, 0)
+        for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                break
+
+
+def _ptrace_quiet(request: int, pid: int) -> None:
+    try:
+        _ptrace(request, pid)
+    except OSError:
+        pass
+
+
+def _executable_ranges(pid: int, path: str) -> list[tuple[int, int]]:
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip() == path and "x" in parts[1]:
+                low, high = (int(x, 16) for x in parts[0].split("-"))
+                out.append((low, high))
+    return out
 
 
 def _mappings(pid: int) -> list[tuple[str, int]]:
@@ -264,9 +331,16 @@ def _ids(pid: int) -> tuple[int, int]:
     return uid, gid
 
 
-def hazards(pid: int) -> list[str]:
-    """Why a copy of ``pid`` would not be its own (empty: none): other threads, shared memory mappings."""
+def hazards(pid: int, *, writable_paths: tuple[str, ...] = (), seccomp_filters: int | None = None) -> list[str]:
+    """Why a copy of ``pid`` would not be its own (empty: none): other threads; shared memory mappings; mappings of
+    files under ``writable_paths`` (e.g. the scratch dir: the parent writes such a file and the copy sees it through
+    pages neither has written, even in a private mapping); more seccomp filters than ``seccomp_filters`` (one the
+    process stacked itself could answer the set-up's calls for it)."""
     found = []
+    if seccomp_filters is not None:
+        stacked = int(_status(pid).get("Seccomp_filters", "0"))
+        if stacked != seccomp_filters:
+            found.append(f"it runs under {stacked} seccomp filters, not {seccomp_filters}")
     threads = len(os.listdir(f"/proc/{pid}/task"))
     if threads > 1:
         found.append(f"it runs {threads} threads (only one would be copied, and a lock another holds, e.g. Python's "
@@ -278,11 +352,85 @@ def hazards(pid: int) -> list[str]:
             path = parts[5].strip() if len(parts) == 6 else "[anonymous]"
             # shared and writable: a channel; shared read-only system files (the C library's gconv cache) are not,
             # where nobody can write them (a sandbox binds them read-only)
-            if parts[1][3] == "s" and ("w" in parts[1] or not path.startswith(_SYSTEM_DIRS)):
+            under_writable = any(path == d or path.startswith(d.rstrip("/") + "/") for d in writable_paths)
+            if parts[1][3] == "s" and ("w" in parts[1] or not path.startswith(_SYSTEM_DIRS)) or under_writable:
                 shared.append(f"{parts[0]} {parts[1]} {path}")
     if shared:
-        found.append(f"{len(shared)} shared memory mapping(s) the copy would share with it: {'; '.join(shared[:3])}")
+        found.append(f"{len(shared)} shared or writable-file memory mapping(s) the copy would share with it: "
+                     f"{'; '.join(shared[:3])}")
     return found
+
+
+def _kill(pid: int | None) -> None:
+    """SIGKILL and reap (as its tracer, or its parent): nothing half-made is left running, or as a zombie."""
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, _WALL)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _fd_inode(pid: int, fd: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/fd/{fd}").st_ino
+    except OSError:
+        return None
+
+
+def _fd_inodes(pid: int) -> set[int]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        inode = _fd_inode(pid, int(fd))
+        if inode is not None:
+            out.add(inode)
+    return out
+
+
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except OSError:
+        return 63
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _verify(pid: int, channel_fd: int, channel_inode: int, ids: tuple[int, int]) -> None:
+    """The set-up, read from outside: only the channel and /dev/null, its own session, the ids, no capability."""
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+    problems = []
+    if fds != sorted({0, 1, 2, channel_fd}):
+        problems.append(f"descriptors {fds}")
+    if _fd_inode(pid, channel_fd) != channel_inode:
+        problems.append("the channel is not the new socket")
+    null = os.stat("/dev/null").st_rdev
+    for fd in {0, 1, 2} - {channel_fd}:
+        try:
+            if os.stat(f"/proc/{pid}/fd/{fd}").st_rdev != null:
+                problems.append(f"fd {fd} is not /dev/null")
+        except OSError:
+            problems.append(f"fd {fd} is gone")
+    status = _status(pid)
+    for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        if int(status.get(key, "1"), 16) != 0:
+            problems.append(f"{key} {status.get(key)}")
+    if status.get("NoNewPrivs", "0").strip() != "1":
+        problems.append("no_new_privs is not set")
+    uids, gids = status.get("Uid", "").split(), status.get("Gid", "").split()
+    if uids != [str(ids[0])] * 4 or gids != [str(ids[1])] * 4:
+        problems.append(f"ids {uids} / {gids}, expected {ids}")
+    with open(f"/proc/{pid}/stat") as f:
+        session = int(f.read().rsplit(")", 1)[1].split()[3])
+    if session != pid:
+        problems.append(f"session {session}")
+    if problems:
+        raise CowForkError(f"the copy's set-up did not hold (read from /proc/{pid}): " + "; ".join(problems))
 
 
 def _write_id_maps(pid: int, uid_map: str, gid_map: str) -> None:
@@ -310,7 +458,8 @@ class Forked:
 
 def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREAM, uid: int | None = None,
              gid: int | None = None, inner_ids: tuple[int, int] | None = None, reparent: bool = True,
-             write_id_maps: Callable[[int, str, str], None] | None = None,
+             write_id_maps: Callable[[int, str, str], None] | None = None, cwd: str | None = None,
+             writable_paths: tuple[str, ...] = (), seccomp_filters: int | None = None,
              setup: Callable[[Tracee], None] | None = None) -> Forked:
     """A copy-on-write copy of the running process ``pid`` (its main thread's state and all its memory), in
     namespaces of its own (:data:`NAMESPACES`), set up by the tracer before it runs.
@@ -325,7 +474,14 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     (default: this process does; the kernel takes them only from a process in the user namespace ``pid`` is in or
     its parent's, so for a process in a nested one, e.g. a sandbox's, a process in there must). ``reparent``: the
     copy's parent is ``pid``'s parent (``CLONE_PARENT``; not possible when ``pid`` is the init of a pid namespace), so
-    it outlives ``pid``. ``setup(tracee)`` may inject more (e.g. mount a fresh scratch dir) before the copy is let go.
+    it outlives ``pid``. ``setup(tracee)`` may inject more (e.g. mount a fresh scratch dir) before the copy is let go;
+    ``cwd``: then the copy's working directory (e.g. that fresh scratch dir: the old one is the parent's).
+    ``writable_paths``, ``seccomp_filters``: see :func:`hazards`.
+
+    Nothing the copy reports is taken on trust: before it is let go, its descriptors, channel, ids, session and
+    capabilities are read from ``/proc`` (a process can answer an injected call itself, through a seccomp filter of its
+    own: a sandbox should deny the REPL ``seccomp()``/``PR_SET_SECCOMP`` and pass ``seccomp_filters``). A tracee that
+    blocks an injected call for :data:`_STOP_TIMEOUT_S` is killed.
 
     Cost (``bench/fork.py``, 2-core AMD EPYC): the parent is stopped 4–6 ms for a ~150 MB Python process (page
     tables are copied, not pages); the copy runs, set up, 5–8 ms after the start.
@@ -339,7 +495,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     if reason:
         raise CowForkError(reason)
     try:
-        found = hazards(pid)
+        found = hazards(pid, writable_paths=writable_paths, seccomp_filters=seccomp_filters)
     except OSError as e:
         raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
     if found:
@@ -350,42 +506,62 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         parent = Tracee(pid, options=_O_TRACESYSGOOD | _O_TRACEFORK | _O_TRACESECCOMP | _O_EXITKILL)
     except OSError as e:
         raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
-    child = None
     try:
         seen_ids = _ids(pid)
-        found = hazards(pid)  # again, now that it is stopped: it cannot start a thread or map memory meanwhile
+        # again, now that it is stopped (its only thread): nothing can start a thread or map memory meanwhile
+        found = hazards(pid, writable_paths=writable_paths, seccomp_filters=seccomp_filters)
         if found:
             raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
+        parent_inodes = _fd_inodes(pid)
     except BaseException:
         parent.detach()
         raise
     inner_uid, inner_gid = inner_ids if inner_ids is not None else seen_ids
+    child = None
     try:
         try:
             parent.call("clone", flags, 0, 0, 0, 0)
         except OSError as e:
             raise CowForkError(f"clone in pid {pid} failed: {e}") from e
-        child = parent.forked
-    finally:
+        finally:
+            child = parent.forked
+        if child is None:
+            raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
         parent.detach()
+    except BaseException as e:
+        _kill(child)
+        if isinstance(e, _Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
+            _kill(pid)
+            raise CowForkError(f"{e}; pid {pid} was killed") from e
+        try:
+            parent.detach()
+        except OSError:
+            pass  # it ended meanwhile
+        raise
     stopped_s = time.perf_counter() - started
-    if child is None:
-        raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
+    channel = None
     try:
         _wait_stop(child)  # the copy starts stopped, traced by this thread: it has run nothing yet
         tracee = Tracee(child, options=_O_TRACESYSGOOD | _O_TRACESECCOMP | _O_EXITKILL, seized=True,
-                        resume_as=parent.stopped)
-        tracee.syscall_at = parent.syscall_at
+                        resume_as=parent.stopped, syscall_at=parent.syscall_at)
         outer_uid = seen_ids[0] if uid is None else uid
         outer_gid = seen_ids[1] if gid is None else gid
         (write_id_maps or _write_id_maps)(child, f"{inner_uid} {outer_uid} 1\n", f"{inner_gid} {outer_gid} 1\n")
         tracee.call("setresgid", inner_gid, inner_gid, inner_gid)
         tracee.call("setresuid", inner_uid, inner_uid, inner_uid)
         tracee.call("setsid")
+        try:  # a session keyring of its own (where the process may not use keyrings at all, there is none to share)
+            tracee.call("keyctl", _KEYCTL_JOIN_SESSION_KEYRING, 0)
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                raise
         scratch = tracee.call("mmap", 0, 4096, _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS, 0xFFFFFFFFFFFFFFFF, 0)
         tracee.call("socketpair", socket.AF_UNIX, channel_type | socket.SOCK_CLOEXEC, 0, scratch)
         pair = tracee.peek(scratch)
         theirs, ours = pair & 0xFFFFFFFF, pair >> 32
+        new_sockets = {fd: _fd_inode(child, fd) for fd in (theirs, ours)}
+        if theirs == ours or None in new_sockets.values() or set(new_sockets.values()) & parent_inodes:
+            raise CowForkError(f"the copy's new socket pair is not new ({theirs}, {ours}): its result was forged")
         pidfd = os.pidfd_open(child)
         try:
             taken = _libc.syscall(438, pidfd, ours, 0)  # pidfd_getfd
@@ -406,18 +582,24 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
                 tracee.call("close_range", low + 1, high - 1, 0)
         if setup is not None:
             setup(tracee)
+        if cwd is not None:
+            tracee.poke(scratch, os.fsencode(cwd) + b"\0")
+            tracee.call("chdir", scratch)
+        # no way back to a capability, even through execve: no_new_privs, securebits locked, bounding set empty
+        tracee.call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        tracee.call("prctl", _PR_SET_SECUREBITS, _SECURE_ALL, 0, 0, 0)
+        for cap in range(_last_capability() + 1):
+            tracee.call("prctl", _PR_CAPBSET_DROP, cap, 0, 0, 0)
         capabilities = struct.pack("<Ii", _LINUX_CAPABILITY_VERSION_3, 0) + b"\0" * 24  # header, 2 empty data sets
         tracee.poke(scratch, capabilities)
         tracee.call("capset", scratch, scratch + 8)
         tracee.call("munmap", scratch, 4096)
+        _verify(child, channel_fd, new_sockets[theirs], (outer_uid, outer_gid))  # from outside, not its word
         tracee.detach()
     except BaseException as e:
-        if child is not None:
-            try:
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, _WALL)  # as its tracer (and its parent with ``reparent``): no zombie is left
-            except (ProcessLookupError, ChildProcessError):
-                pass
+        _kill(child)
+        if channel is not None:
+            channel.close()
         if isinstance(e, (CowForkError, KeyboardInterrupt)):
             raise
         raise CowForkError(f"setting up the copy of pid {pid} failed: {type(e).__name__}: {e}") from e
