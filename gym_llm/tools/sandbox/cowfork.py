@@ -72,7 +72,7 @@ _SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
 _STOP_TIMEOUT_S = 10.0
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGSYS, signal.SIGFPE, signal.SIGTRAP}
 _USER_CS, _USER_SS, _TRAP_FLAG = 0x33, 0x2B, 0x100
-_PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 24, 28, 38
+_PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 28, 38
 _SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 
@@ -115,21 +115,65 @@ def _signed(value: int) -> int:
     return ctypes.c_longlong(value).value
 
 
-def _wait_stop(pid: int) -> int:
-    """The next ptrace stop of ``pid``, within :data:`_STOP_TIMEOUT_S` (a tracee may block an injected call: a
-    seccomp user-notification filter of its own, a wait it cannot leave)."""
-    deadline, spins = time.monotonic() + _STOP_TIMEOUT_S, 0
-    while True:
-        done, status = os.waitpid(pid, _WALL | os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            raise _Stuck(f"pid {pid} did not stop within {_STOP_TIMEOUT_S:.0f} s of an injected call")
-        spins += 1
-        time.sleep(0 if spins < 200 else 0.0005)  # injected calls take microseconds: yield first, then nap
+def _wait_stop(pid: int, watchdog: _Watchdog | None = None) -> int:
+    """The next ptrace stop of ``pid`` (``watchdog`` ends the wait of a tracee that never stops)."""
+    _, status = os.waitpid(pid, _WALL)
     if not os.WIFSTOPPED(status):
+        if watchdog is not None and watchdog.fired == pid:
+            raise _Stuck(f"pid {pid} did not come back from an injected call within {_STOP_TIMEOUT_S:.0f} s")
         raise CowForkError(f"pid {pid} ended while being forked (wait status {status:#x})")
     return status
+
+
+class _Watchdog:
+    """Kills the tracee being worked on if it does not come back in time (a seccomp user-notification filter of its
+    own, a wait it cannot leave): the blocked ``waitpid`` then returns. One thread per fork, armed per phase."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Condition()
+        self.armed: tuple[int, float] | None = None
+        self.fired: int | None = None
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    def arm(self, pid: int) -> None:
+        import threading
+
+        with self.lock:
+            self.armed, self.fired = (pid, time.monotonic() + _STOP_TIMEOUT_S), None
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="cowfork-watchdog", daemon=True)
+                self.thread.start()
+            self.lock.notify()
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.armed = None
+            self.lock.notify()
+
+    def close(self) -> None:
+        with self.lock:
+            self.armed, self.closed = None, True
+            self.lock.notify()
+
+    def _run(self) -> None:
+        with self.lock:
+            while not self.closed:
+                if self.armed is None:
+                    self.lock.wait()
+                    continue
+                pid, deadline = self.armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self.lock.wait(timeout=left)
+                    continue
+                self.fired, self.armed = pid, None
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 class _Stuck(CowForkError):
@@ -144,8 +188,9 @@ class Tracee:
     """
 
     def __init__(self, pid: int, *, options: int, seized: bool = False, resume_as: _Regs | None = None,
-                 syscall_at: int | None = None):
+                 syscall_at: int | None = None, watchdog: _Watchdog | None = None):
         self.pid = pid
+        self.watchdog = watchdog
         self.forked: int | None = None
         self.held_signals: list[int] = []  # signals that arrived while it was stopped: sent again after detach
         if not seized:
@@ -169,7 +214,7 @@ class Tracee:
     def _interrupt(self) -> None:
         _ptrace(_PTRACE_INTERRUPT, self.pid)
         while True:
-            status = _wait_stop(self.pid)
+            status = _wait_stop(self.pid, self.watchdog)
             if status >> 16 == _EVENT_STOP:
                 return
             # a signal on its way in: hold it (sent again after detach) and go on to the interrupt's stop
@@ -229,7 +274,7 @@ class Tracee:
         _ptrace(_PTRACE_SYSCALL, self.pid)
         syscall_stops = 0
         while True:  # syscall-entry stop, a seccomp stop if the filter gates it, a fork event, the exit stop
-            status = _wait_stop(self.pid)
+            status = _wait_stop(self.pid, self.watchdog)
             event, sig = status >> 16, os.WSTOPSIG(status)
             if event == _EVENT_FORK:
                 message = ctypes.c_ulong()
@@ -388,14 +433,6 @@ def _fd_inodes(pid: int) -> set[int]:
     return out
 
 
-def _last_capability() -> int:
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
-    except OSError:
-        return 63
-
-
 def _status(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/status") as f:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
@@ -417,7 +454,7 @@ def _verify(pid: int, channel_fd: int, channel_inode: int, ids: tuple[int, int])
         except OSError:
             problems.append(f"fd {fd} is gone")
     status = _status(pid)
-    for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+    for key in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         if int(status.get(key, "1"), 16) != 0:
             problems.append(f"{key} {status.get(key)}")
     if status.get("NoNewPrivs", "0").strip() != "1":
@@ -500,107 +537,114 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
     if found:
         raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
-    started = time.perf_counter()
-    flags = NAMESPACES | signal.SIGCHLD | (CLONE_PARENT if reparent else 0)
+    watchdog = _Watchdog()
     try:
-        parent = Tracee(pid, options=_O_TRACESYSGOOD | _O_TRACEFORK | _O_TRACESECCOMP | _O_EXITKILL)
-    except OSError as e:
-        raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
-    try:
-        seen_ids = _ids(pid)
-        # again, now that it is stopped (its only thread): nothing can start a thread or map memory meanwhile
-        found = hazards(pid, writable_paths=writable_paths, seccomp_filters=seccomp_filters)
-        if found:
-            raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
-        parent_inodes = _fd_inodes(pid)
-    except BaseException:
-        parent.detach()
-        raise
-    inner_uid, inner_gid = inner_ids if inner_ids is not None else seen_ids
-    child = None
-    try:
+        started = time.perf_counter()
+        flags = NAMESPACES | signal.SIGCHLD | (CLONE_PARENT if reparent else 0)
         try:
-            parent.call("clone", flags, 0, 0, 0, 0)
+            watchdog.arm(pid)
+            parent = Tracee(pid, options=_O_TRACESYSGOOD | _O_TRACEFORK | _O_TRACESECCOMP | _O_EXITKILL,
+                            watchdog=watchdog)
         except OSError as e:
-            raise CowForkError(f"clone in pid {pid} failed: {e}") from e
-        finally:
-            child = parent.forked
-        if child is None:
-            raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
-        parent.detach()
-    except BaseException as e:
-        _kill(child)
-        if isinstance(e, _Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
-            _kill(pid)
-            raise CowForkError(f"{e}; pid {pid} was killed") from e
+            raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
         try:
+            seen_ids = _ids(pid)
+            # again, now that it is stopped (its only thread): nothing can start a thread or map memory meanwhile
+            found = hazards(pid, writable_paths=writable_paths, seccomp_filters=seccomp_filters)
+            if found:
+                raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
+            parent_inodes = _fd_inodes(pid)
+        except BaseException:
             parent.detach()
-        except OSError:
-            pass  # it ended meanwhile
-        raise
-    stopped_s = time.perf_counter() - started
-    channel = None
-    try:
-        _wait_stop(child)  # the copy starts stopped, traced by this thread: it has run nothing yet
-        tracee = Tracee(child, options=_O_TRACESYSGOOD | _O_TRACESECCOMP | _O_EXITKILL, seized=True,
-                        resume_as=parent.stopped, syscall_at=parent.syscall_at)
-        outer_uid = seen_ids[0] if uid is None else uid
-        outer_gid = seen_ids[1] if gid is None else gid
-        (write_id_maps or _write_id_maps)(child, f"{inner_uid} {outer_uid} 1\n", f"{inner_gid} {outer_gid} 1\n")
-        tracee.call("setresgid", inner_gid, inner_gid, inner_gid)
-        tracee.call("setresuid", inner_uid, inner_uid, inner_uid)
-        tracee.call("setsid")
-        try:  # a session keyring of its own (where the process may not use keyrings at all, there is none to share)
-            tracee.call("keyctl", _KEYCTL_JOIN_SESSION_KEYRING, 0)
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
-                raise
-        scratch = tracee.call("mmap", 0, 4096, _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS, 0xFFFFFFFFFFFFFFFF, 0)
-        tracee.call("socketpair", socket.AF_UNIX, channel_type | socket.SOCK_CLOEXEC, 0, scratch)
-        pair = tracee.peek(scratch)
-        theirs, ours = pair & 0xFFFFFFFF, pair >> 32
-        new_sockets = {fd: _fd_inode(child, fd) for fd in (theirs, ours)}
-        if theirs == ours or None in new_sockets.values() or set(new_sockets.values()) & parent_inodes:
-            raise CowForkError(f"the copy's new socket pair is not new ({theirs}, {ours}): its result was forged")
-        pidfd = os.pidfd_open(child)
-        try:
-            taken = _libc.syscall(438, pidfd, ours, 0)  # pidfd_getfd
-            if taken < 0:
-                raise OSError(ctypes.get_errno(), f"pidfd_getfd: {os.strerror(ctypes.get_errno())}")
-        finally:
-            os.close(pidfd)
-        channel = socket.socket(fileno=taken)
-        tracee.call("dup2", theirs, channel_fd)
-        tracee.poke(scratch, b"/dev/null\0")
-        null = tracee.call("openat", _AT_FDCWD & 0xFFFFFFFFFFFFFFFF, scratch, _O_RDWR | _O_CLOEXEC)
-        for fd in (0, 1, 2):
-            if fd != channel_fd:
-                tracee.call("dup2", null, fd)
-        keep = sorted({0, 1, 2, channel_fd})
-        for low, high in zip(keep, keep[1:] + [0xFFFFFFFF + 1]):
-            if high - 1 >= low + 1:
-                tracee.call("close_range", low + 1, high - 1, 0)
-        if setup is not None:
-            setup(tracee)
-        if cwd is not None:
-            tracee.poke(scratch, os.fsencode(cwd) + b"\0")
-            tracee.call("chdir", scratch)
-        # no way back to a capability, even through execve: no_new_privs, securebits locked, bounding set empty
-        tracee.call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        tracee.call("prctl", _PR_SET_SECUREBITS, _SECURE_ALL, 0, 0, 0)
-        for cap in range(_last_capability() + 1):
-            tracee.call("prctl", _PR_CAPBSET_DROP, cap, 0, 0, 0)
-        capabilities = struct.pack("<Ii", _LINUX_CAPABILITY_VERSION_3, 0) + b"\0" * 24  # header, 2 empty data sets
-        tracee.poke(scratch, capabilities)
-        tracee.call("capset", scratch, scratch + 8)
-        tracee.call("munmap", scratch, 4096)
-        _verify(child, channel_fd, new_sockets[theirs], (outer_uid, outer_gid))  # from outside, not its word
-        tracee.detach()
-    except BaseException as e:
-        _kill(child)
-        if channel is not None:
-            channel.close()
-        if isinstance(e, (CowForkError, KeyboardInterrupt)):
             raise
-        raise CowForkError(f"setting up the copy of pid {pid} failed: {type(e).__name__}: {e}") from e
-    return Forked(pid=child, channel=channel, parent_stopped_s=stopped_s, ready_s=time.perf_counter() - started)
+        inner_uid, inner_gid = inner_ids if inner_ids is not None else seen_ids
+        child = None
+        try:
+            try:
+                parent.call("clone", flags, 0, 0, 0, 0)
+            except OSError as e:
+                raise CowForkError(f"clone in pid {pid} failed: {e}") from e
+            finally:
+                child = parent.forked
+            if child is None:
+                raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
+            parent.detach()
+            watchdog.disarm()
+        except BaseException as e:
+            _kill(child)
+            if isinstance(e, _Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
+                _kill(pid)
+                raise CowForkError(f"{e}; pid {pid} was killed") from e
+            try:
+                parent.detach()
+            except OSError:
+                pass  # it ended meanwhile
+            raise
+        stopped_s = time.perf_counter() - started
+        channel = None
+        try:
+            watchdog.arm(child)
+            _wait_stop(child, watchdog)  # the copy starts stopped, traced by this thread: it has run nothing yet
+            tracee = Tracee(child, options=_O_TRACESYSGOOD | _O_TRACESECCOMP | _O_EXITKILL, seized=True,
+                            resume_as=parent.stopped, syscall_at=parent.syscall_at, watchdog=watchdog)
+            outer_uid = seen_ids[0] if uid is None else uid
+            outer_gid = seen_ids[1] if gid is None else gid
+            (write_id_maps or _write_id_maps)(child, f"{inner_uid} {outer_uid} 1\n", f"{inner_gid} {outer_gid} 1\n")
+            tracee.call("setresgid", inner_gid, inner_gid, inner_gid)
+            tracee.call("setresuid", inner_uid, inner_uid, inner_uid)
+            tracee.call("setsid")
+            try:  # a session keyring of its own (where the process may not use keyrings at all, there is none to share)
+                tracee.call("keyctl", _KEYCTL_JOIN_SESSION_KEYRING, 0)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                    raise
+            scratch = tracee.call("mmap", 0, 4096, _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS, 0xFFFFFFFFFFFFFFFF, 0)
+            tracee.call("socketpair", socket.AF_UNIX, channel_type | socket.SOCK_CLOEXEC, 0, scratch)
+            pair = tracee.peek(scratch)
+            theirs, ours = pair & 0xFFFFFFFF, pair >> 32
+            new_sockets = {fd: _fd_inode(child, fd) for fd in (theirs, ours)}
+            if theirs == ours or None in new_sockets.values() or set(new_sockets.values()) & parent_inodes:
+                raise CowForkError(f"the copy's new socket pair is not new ({theirs}, {ours}): its result was forged")
+            pidfd = os.pidfd_open(child)
+            try:
+                taken = _libc.syscall(438, pidfd, ours, 0)  # pidfd_getfd
+                if taken < 0:
+                    raise OSError(ctypes.get_errno(), f"pidfd_getfd: {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(pidfd)
+            channel = socket.socket(fileno=taken)
+            tracee.call("dup2", theirs, channel_fd)
+            tracee.poke(scratch, b"/dev/null\0")
+            null = tracee.call("openat", _AT_FDCWD & 0xFFFFFFFFFFFFFFFF, scratch, _O_RDWR | _O_CLOEXEC)
+            for fd in (0, 1, 2):
+                if fd != channel_fd:
+                    tracee.call("dup2", null, fd)
+            keep = sorted({0, 1, 2, channel_fd})
+            for low, high in zip(keep, keep[1:] + [0xFFFFFFFF + 1]):
+                if high - 1 >= low + 1:
+                    tracee.call("close_range", low + 1, high - 1, 0)
+            if setup is not None:
+                setup(tracee)
+            if cwd is not None:
+                tracee.poke(scratch, os.fsencode(cwd) + b"\0")
+                tracee.call("chdir", scratch)
+            # no way back to a capability, even through execve: no_new_privs (file capabilities and set-id bits
+            # grant nothing) and securebits locked (uid 0 in its namespace is not privileged on exec)
+            tracee.call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            tracee.call("prctl", _PR_SET_SECUREBITS, _SECURE_ALL, 0, 0, 0)
+            capabilities = struct.pack("<Ii", _LINUX_CAPABILITY_VERSION_3, 0) + b"\0" * 24  # header, 2 empty data sets
+            tracee.poke(scratch, capabilities)
+            tracee.call("capset", scratch, scratch + 8)
+            tracee.call("munmap", scratch, 4096)
+            _verify(child, channel_fd, new_sockets[theirs], (outer_uid, outer_gid))  # from outside, not its word
+            tracee.detach()
+        except BaseException as e:
+            _kill(child)
+            if channel is not None:
+                channel.close()
+            if isinstance(e, (CowForkError, KeyboardInterrupt)):
+                raise
+            raise CowForkError(f"setting up the copy of pid {pid} failed: {type(e).__name__}: {e}") from e
+        return Forked(pid=child, channel=channel, parent_stopped_s=stopped_s, ready_s=time.perf_counter() - started)
+    finally:
+        watchdog.close()
