@@ -204,6 +204,36 @@ def test_a_process_busy_in_its_own_code_is_copied_mid_computation(target, tmp_pa
     assert _reap(copy) == 0
 
 
+def test_a_signal_that_arrives_while_stopped_reaches_its_handler_at_once(target, monkeypatch):
+    """A signal sent while the tracer holds the process is queued again as it is let go: its handler interrupts the
+    sleep the process was in (as without the fork), instead of waiting for the sleep to end."""
+    from gym_llm.tools.sandbox import cowfork
+
+    target.ask("import signal, time\nclass Boom(Exception): pass\ndef boom(*_):\n    raise Boom()\n"
+               "signal.signal(signal.SIGUSR1, boom)")
+    target.sock.send(b"t0 = time.monotonic()\ntry:\n    time.sleep(5); _ = 'slept'\nexcept Boom:\n"
+                     b"    _ = ('handler', time.monotonic() - t0)")
+    time.sleep(0.5)  # asleep
+    checks = []
+
+    def hazards_then_signal(pid, **kwargs):
+        checks.append(pid)
+        if len(checks) == 2:  # the second check runs while the process is stopped
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.05)
+        return hazards(pid, **kwargs)
+
+    hazards = cowfork.hazards
+    monkeypatch.setattr(cowfork, "hazards", hazards_then_signal)
+    copy = target.fork()
+    reply = eval(target.sock.recv(100).decode())
+    assert reply[0] == "handler" and reply[1] < 2.0, reply
+    assert len(checks) == 2
+    os.kill(copy.pid, signal.SIGKILL)  # it sleeps on (the signal was the parent's)
+    os.waitpid(copy.pid, 0)
+    copy.channel.close()
+
+
 def test_a_refused_clone_leaves_the_parent_running():
     t = Target("denied")
     try:

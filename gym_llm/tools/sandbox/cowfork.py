@@ -33,6 +33,7 @@ import os
 import platform
 import signal
 import socket
+import stat
 import struct
 import time
 from collections.abc import Callable
@@ -61,7 +62,6 @@ _PTRACE_GETREGS, _PTRACE_SETREGS, _PTRACE_SYSCALL = 12, 13, 24
 _PTRACE_SETOPTIONS, _PTRACE_GETEVENTMSG, _PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4200, 0x4201, 0x4206, 0x4207
 _O_TRACESYSGOOD, _O_TRACEFORK, _O_TRACESECCOMP, _O_EXITKILL = 1, 2, 0x80, 1 << 20
 _EVENT_FORK, _EVENT_SECCOMP, _EVENT_STOP = 1, 7, 128
-_ERESTART = {512: None, 513: None, 514: None, 516: NR["restart_syscall"]}  # -ERESTART*: redo the interrupted call
 _SYSCALL_INSN = b"\x0f\x05"
 _WALL = 0x40000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -116,8 +116,14 @@ def _signed(value: int) -> int:
 
 
 def _wait_stop(pid: int, watchdog: _Watchdog | None = None) -> int:
-    """The next ptrace stop of ``pid`` (``watchdog`` ends the wait of a tracee that never stops)."""
-    _, status = os.waitpid(pid, _WALL)
+    """The next ptrace stop of ``pid`` (``watchdog`` ends the wait of a tracee that does not stop in time)."""
+    if watchdog is not None:
+        watchdog.arm(pid)
+    try:
+        _, status = os.waitpid(pid, _WALL)
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()
     if not os.WIFSTOPPED(status):
         if watchdog is not None and watchdog.fired == pid:
             raise _Stuck(f"pid {pid} did not come back from an injected call within {_STOP_TIMEOUT_S:.0f} s")
@@ -127,7 +133,7 @@ def _wait_stop(pid: int, watchdog: _Watchdog | None = None) -> int:
 
 class _Watchdog:
     """Kills the tracee being worked on if it does not come back in time (a seccomp user-notification filter of its
-    own, a wait it cannot leave): the blocked ``waitpid`` then returns. One thread per fork, armed per phase."""
+    own, a wait it cannot leave): the blocked ``waitpid`` then returns. One thread per fork, armed per wait."""
 
     def __init__(self):
         import threading
@@ -191,6 +197,7 @@ class Tracee:
                  syscall_at: int | None = None, watchdog: _Watchdog | None = None):
         self.pid = pid
         self.watchdog = watchdog
+        self.at_entry = False  # stopped at the entry of an injected call (an error in between)
         self.forked: int | None = None
         self.held_signals: list[int] = []  # signals that arrived while it was stopped: sent again after detach
         if not seized:
@@ -271,6 +278,7 @@ class Tracee:
         for register, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
             setattr(regs, register, value & 0xFFFFFFFFFFFFFFFF)
         self._set_regs(regs)
+        intended = regs
         _ptrace(_PTRACE_SYSCALL, self.pid)
         syscall_stops = 0
         while True:  # syscall-entry stop, a seccomp stop if the filter gates it, a fork event, the exit stop
@@ -285,8 +293,14 @@ class Tracee:
             elif sig == signal.SIGTRAP | 0x80:
                 syscall_stops += 1
                 if syscall_stops == 1:
+                    self.at_entry = True
                     self._check_entry(name)
+                    # the arguments as intended, whatever the code at the call site did to the registers
+                    entry = _Regs.from_buffer_copy(intended)
+                    entry.orig_rax, entry.rax, entry.rip = NR[name], self.regs().rax, self.syscall_at + 2
+                    self._set_regs(entry)
                 else:
+                    self.at_entry = False
                     result = _signed(self.regs().rax)
                     if -4096 < result < 0:
                         raise OSError(-result, f"{name} in pid {self.pid}: {os.strerror(-result)}")
@@ -304,21 +318,38 @@ class Tracee:
                                f"injected {name} ({NR[name]}) at {self.syscall_at + 2:#x}")
 
     def detach(self) -> None:
-        """Give the thread back the registers of :attr:`resume_as` (restarting the blocking call it was in) and let
-        it run, untraced."""
-        regs = _Regs.from_buffer_copy(self.resume_as)
-        rax = _signed(regs.rax)
-        if -rax in _ERESTART and _signed(regs.orig_rax) >= 0:
-            regs.rax = _ERESTART[-rax] if _ERESTART[-rax] is not None else regs.orig_rax
-            regs.rip -= 2
+        """Give the thread back the registers of :attr:`resume_as` and let it run, untraced.
+
+        It is first brought to a stop inside the kernel's signal handling (an interrupt), with its own registers back
+        and the signals held meanwhile queued again: on resuming, the kernel itself restarts the call it was blocked
+        in, or ends it with ``EINTR`` for a signal handler, exactly as if it had never been stopped."""
+        if self.at_entry:  # an injected call was entered but not run: skip it (no syscall number) to its exit stop
+            regs = self.regs()
             regs.orig_rax = 0xFFFFFFFFFFFFFFFF
-        self._set_regs(regs)
-        _ptrace(_PTRACE_DETACH, self.pid, 0, 0)
-        for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
+            self._set_regs(regs)
+            _ptrace(_PTRACE_SYSCALL, self.pid)
+            while True:
+                status = _wait_stop(self.pid, self.watchdog)
+                if os.WSTOPSIG(status) == signal.SIGTRAP | 0x80:
+                    break
+                if status >> 16 == 0:
+                    self.held_signals.append(os.WSTOPSIG(status))
+                _ptrace(_PTRACE_SYSCALL, self.pid)
+            self.at_entry = False
+        self._set_regs(_Regs.from_buffer_copy(self.resume_as))
+        _ptrace(_PTRACE_INTERRUPT, self.pid)
+        _ptrace(_PTRACE_CONT, self.pid, 0, 0)
+        while True:
+            status = _wait_stop(self.pid, self.watchdog)
+            if status >> 16 == _EVENT_STOP:
                 break
+            if status >> 16 == 0:
+                self.held_signals.append(os.WSTOPSIG(status))  # on its way in: queued again below
+            _ptrace(_PTRACE_CONT, self.pid, 0, 0)
+        for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)
+            os.kill(self.pid, sig)
+        self.held_signals.clear()
+        _ptrace(_PTRACE_DETACH, self.pid, 0, 0)
 
 
 def _ptrace_quiet(request: int, pid: int) -> None:
@@ -438,21 +469,34 @@ def _status(pid: int) -> dict[str, str]:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
 
 
-def _verify(pid: int, channel_fd: int, channel_inode: int, ids: tuple[int, int]) -> None:
-    """The set-up, read from outside: only the channel and /dev/null, its own session, the ids, no capability."""
+def _verify(pid: int, parent: int, channel_fd: int, channel_inode: int, channel: socket.socket,
+            ids: tuple[int, int], cwd: str | None) -> None:
+    """The set-up, read from outside: only the channel (whose peer is the copy) and /dev/null, new namespaces, its
+    own session, the ids, no capability, the working directory asked for."""
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
     problems = []
     if fds != sorted({0, 1, 2, channel_fd}):
         problems.append(f"descriptors {fds}")
     if _fd_inode(pid, channel_fd) != channel_inode:
         problems.append("the channel is not the new socket")
-    null = os.stat("/dev/null").st_rdev
+    peer_pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    if peer_pid != pid:
+        problems.append(f"the channel's other end was made by pid {peer_pid}")
+    null = os.stat("/dev/null")
     for fd in {0, 1, 2} - {channel_fd}:
         try:
-            if os.stat(f"/proc/{pid}/fd/{fd}").st_rdev != null:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+            if not stat.S_ISCHR(st.st_mode) or st.st_rdev != null.st_rdev:
                 problems.append(f"fd {fd} is not /dev/null")
         except OSError:
             problems.append(f"fd {fd} is gone")
+    for name in ("user", "pid_for_children", "mnt", "ipc", "net", "uts"):
+        if os.readlink(f"/proc/{pid}/ns/{name}") == os.readlink(f"/proc/{parent}/ns/{name}"):
+            problems.append(f"{name} namespace not new")
+    if cwd is not None:
+        here, there = os.stat(f"/proc/{pid}/cwd"), os.stat(f"/proc/{pid}/root/{cwd.lstrip('/')}")
+        if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+            problems.append(f"working directory is not {cwd}")
     status = _status(pid)
     for key in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         if int(status.get(key, "1"), 16) != 0:
@@ -542,7 +586,6 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         started = time.perf_counter()
         flags = NAMESPACES | signal.SIGCHLD | (CLONE_PARENT if reparent else 0)
         try:
-            watchdog.arm(pid)
             parent = Tracee(pid, options=_O_TRACESYSGOOD | _O_TRACEFORK | _O_TRACESECCOMP | _O_EXITKILL,
                             watchdog=watchdog)
         except OSError as e:
@@ -554,8 +597,13 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             if found:
                 raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
             parent_inodes = _fd_inodes(pid)
-        except BaseException:
-            parent.detach()
+        except BaseException as e:
+            try:
+                parent.detach()
+            except OSError:
+                pass  # it ended meanwhile
+            if isinstance(e, OSError):
+                raise CowForkError(f"pid {pid} could not be read while stopped: {e}") from e
             raise
         inner_uid, inner_gid = inner_ids if inner_ids is not None else seen_ids
         child = None
@@ -569,7 +617,6 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             if child is None:
                 raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
             parent.detach()
-            watchdog.disarm()
         except BaseException as e:
             _kill(child)
             if isinstance(e, _Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
@@ -583,7 +630,6 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         stopped_s = time.perf_counter() - started
         channel = None
         try:
-            watchdog.arm(child)
             _wait_stop(child, watchdog)  # the copy starts stopped, traced by this thread: it has run nothing yet
             tracee = Tracee(child, options=_O_TRACESYSGOOD | _O_TRACESECCOMP | _O_EXITKILL, seized=True,
                             resume_as=parent.stopped, syscall_at=parent.syscall_at, watchdog=watchdog)
@@ -636,7 +682,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             tracee.poke(scratch, capabilities)
             tracee.call("capset", scratch, scratch + 8)
             tracee.call("munmap", scratch, 4096)
-            _verify(child, channel_fd, new_sockets[theirs], (outer_uid, outer_gid))  # from outside, not its word
+            _verify(child, pid, channel_fd, new_sockets[theirs], channel, (outer_uid, outer_gid), cwd)  # not its word
             tracee.detach()
         except BaseException as e:
             _kill(child)
