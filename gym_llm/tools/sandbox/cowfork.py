@@ -564,8 +564,8 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     own: a sandbox should deny the REPL ``seccomp()``/``PR_SET_SECCOMP`` and pass ``seccomp_filters``). A tracee that
     blocks an injected call for :data:`_STOP_TIMEOUT_S` is killed.
 
-    Cost (``bench/fork.py``, 2-core AMD EPYC): the parent is stopped 4–6 ms for a ~150 MB Python process (page
-    tables are copied, not pages); the copy runs, set up and checked, 7–11 ms after the start.
+    Cost (``bench/fork.py``, 2-core AMD EPYC): the parent is stopped 4–9 ms for a ~150 MB Python process (page
+    tables are copied, not pages); the copy runs, set up and checked, 6–16 ms after the start.
 
     Raises:
         CowForkError: not supported here (:func:`unsupported_reason`), a copy would not be its own (:func:`hazards`:
