@@ -329,6 +329,10 @@ import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 class Header(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Insn))]
 caps = (ctypes.c_uint32 * 6)()
 libc.capget(ctypes.byref(Header(0x20080522, 0)), caps)
 print("CAPS", list(caps))
@@ -339,6 +343,10 @@ attempts = {
     "chroot": lambda: os.chroot("/scratch"), "capset": lambda: libc.capset(ctypes.byref(Header(0x20080522, 0)),
                                                                       (ctypes.c_uint32 * 6)(*([0xffffffff] * 6))),
     "pr_dumpable": lambda: libc.prctl(4, 1, 0, 0, 0), "pr_pdeathsig": lambda: libc.prctl(1, 0, 0, 0, 0),
+    # a seccomp filter of its own (here: allow everything) could answer calls for it, e.g. those a trusted tracer
+    # injects (gym_llm/tools/sandbox/cowfork.py)
+    "pr_set_seccomp": lambda: libc.prctl(22, 2, ctypes.byref(Prog(1, ctypes.pointer(Insn(6, 0, 0, 0x7FFF0000)))),
+                                         0, 0),
 }
 for name, attempt in attempts.items():
     try:

@@ -17,7 +17,7 @@ Two classic-BPF programs are built once per process and cached:
   ``kill``/``tgkill``/``tkill``/``rt_(tg)sigqueueinfo`` only to itself, ``socketpair`` only ``AF_UNIX`` (asyncio),
   ``ioctl`` never ``TIOCSTI``/``TIOCLINUX`` (typing into a terminal), ``setsockopt`` never the socket buffer sizes
   (kernel memory outside ``RLIMIT_AS``), ``prctl`` never clearing the parent-death
-signal or making the process dumpable again. Left out on purpose: every socket but
+signal, making the process dumpable again or stacking a seccomp filter of its own (``PR_SET_SECCOMP``). Left out on purpose: every socket but
   ``socketpair`` (no network, no abstract sockets), ``fork``/``vfork``/``execve``, ``ptrace``,
   ``process_vm_*``, ``pidfd_*``, ``*xattr`` (state on files that could outlive an episode), SysV/POSIX IPC,
   ``memfd_create`` (memory outside ``RLIMIT_AS``), ``mount``/``unshare``/``setns``, ``keyctl``, ``bpf``,
@@ -138,6 +138,7 @@ _SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE,
 _TIOCSTI = 0x5412  # push characters into a terminal's input queue
 _TIOCLINUX = 0x541C
 _PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG, _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 1, 2, 3, 4
+_PR_SET_SECCOMP = 22
 
 
 class SeccompUnavailableError(RuntimeError):
@@ -236,11 +237,12 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
         program.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, request))
     for request in (_TIOCSTI, _TIOCLINUX):
         program.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.EQ, request))
-    # prctl, except clearing the parent-death signal or making the process dumpable again
-    program.add_rule(sc.ALLOW, "prctl", sc.Arg(0, sc.GT, _PR_SET_DUMPABLE))
-    for option in (_PR_GET_PDEATHSIG, _PR_GET_DUMPABLE):
+    # prctl, except clearing the parent-death signal, making the process dumpable again, or stacking a seccomp filter
+    # of its own (one could answer, for the process, the calls a trusted tracer injects: see cowfork.py)
+    program.add_rule(sc.ALLOW, "prctl", sc.Arg(0, sc.GT, _PR_SET_SECCOMP))
+    for option in (_PR_GET_PDEATHSIG, _PR_GET_DUMPABLE, *range(_PR_SET_DUMPABLE + 1, _PR_SET_SECCOMP)):
         program.add_rule(sc.ALLOW, "prctl", sc.Arg(0, sc.EQ, option))
-    for option in (_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE):
+    for option in (_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_SECCOMP):
         program.add_rule(sc.ERRNO(errno.EPERM), "prctl", sc.Arg(0, sc.EQ, option))
     for name in (*REPL_REFUSED, *(() if allow_subprocess else REPL_PROCESS)):
         if _known(sc, name):
