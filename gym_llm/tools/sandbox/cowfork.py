@@ -21,8 +21,9 @@ What the fork does *not* do (the caller's part, e.g. the sandbox's): give the co
 namespace starts as a copy of the parent's, so the same tmpfs is mounted at the same place: over-mount a fresh one
 through ``setup``), and reap it.
 
-Not thread-safe per tracee; every ptrace call of one fork must come from the thread that made it (the kernel ties a
-tracee to the tracing thread), which :func:`cow_fork` does by running start to end in its caller's thread.
+The injection itself (stopping, injected calls, letting go, the watchdog) is :mod:`gym_llm.tools.sandbox.ptrace`.
+:func:`cow_fork` runs start to end in its caller's thread (the kernel ties a tracee to the tracing thread); nothing
+else in the process may ``waitpid`` on the forked process meanwhile.
 """
 
 from __future__ import annotations
@@ -39,57 +40,41 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CowForkError", "Forked", "Tracee", "cow_fork", "hazards", "unsupported_reason", "NAMESPACES",
-           "GATED_SYSCALLS"]
+from gym_llm.tools.sandbox.ptrace import (
+    NR,
+    O_EXITKILL,
+    O_TRACEFORK,
+    O_TRACESECCOMP,
+    O_TRACESYSGOOD,
+    WALL,
+    Stuck,
+    TraceError,
+    Tracee,
+    Watchdog,
+    libc,
+    wait_stop,
+)
 
-# x86-64 syscall numbers
-NR = {"read": 0, "close": 3, "mmap": 9, "munmap": 11, "dup2": 33, "getpid": 39, "socketpair": 53, "clone": 56,
-      "chdir": 80, "keyctl": 250, "prctl": 157,
-      "setsid": 112, "setresuid": 117, "setresgid": 119, "capset": 126, "mount": 165, "restart_syscall": 219,
-      "openat": 257, "close_range": 436}
+__all__ = ["CowForkError", "Forked", "cow_fork", "hazards", "unsupported_reason", "NAMESPACES"]
+
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_PARENT = 0x10000000, 0x20000000, 0x40000000, 0x8000
 NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS
 """The namespaces every copy gets: user (its ids and capabilities are its own), pid (it is pid 1 of its own and sees
 no other process), mount, IPC, network (nothing but a down loopback) and UTS."""
-GATED_SYSCALLS = ("clone", "setresuid", "setresgid", "setsid", "capset", "mount", "close_range", "dup2", "openat",
-                  "socketpair", "chdir")
-"""What :func:`cow_fork` injects; a filter that gates the privileged ones with ``SECCOMP_RET_TRACE`` must let the
-others through (the ones a REPL may make anyway are allowed by its own filter)."""
 
-_PTRACE_PEEKDATA, _PTRACE_POKEDATA, _PTRACE_CONT, _PTRACE_DETACH = 2, 5, 7, 17
-_PTRACE_GETREGS, _PTRACE_SETREGS, _PTRACE_SYSCALL = 12, 13, 24
-_PTRACE_SETOPTIONS, _PTRACE_GETEVENTMSG, _PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4200, 0x4201, 0x4206, 0x4207
-_O_TRACESYSGOOD, _O_TRACEFORK, _O_TRACESECCOMP, _O_EXITKILL = 1, 2, 0x80, 1 << 20
-_EVENT_FORK, _EVENT_SECCOMP, _EVENT_STOP = 1, 7, 128
-_SYSCALL_INSN = b"\x0f\x05"
-_WALL = 0x40000000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _AT_FDCWD = -100
 _O_RDWR, _O_CLOEXEC = 2, 0o2000000
 _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS = 3, 0x22
 _SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
-_STOP_TIMEOUT_S = 10.0
-_FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGSYS, signal.SIGFPE, signal.SIGTRAP}
-_USER_CS, _USER_SS, _TRAP_FLAG = 0x33, 0x2B, 0x100
 _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 28, 38
 _SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.restype = ctypes.c_long
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-_libc.syscall.restype = ctypes.c_long
 
-
-class CowForkError(RuntimeError):
+class CowForkError(TraceError):
     """The copy could not be made; the parent is left running as it was and no copy is left behind."""
-
-
-class _Regs(ctypes.Structure):  # struct user_regs_struct (x86-64)
-    _fields_ = [(name, ctypes.c_ulonglong) for name in (
-        "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss fs_base gs_base ds es "
-        "fs gs").split()]
 
 
 def unsupported_reason() -> str | None:
@@ -100,297 +85,6 @@ def unsupported_reason() -> str | None:
     if release < (5, 6):
         return f"copy-on-write forks need Linux >= 5.6 (pidfd_getfd); this kernel is {platform.release()}"
     return None
-
-
-def _ptrace(request: int, pid: int, addr: int = 0, data: int = 0) -> int:
-    ctypes.set_errno(0)
-    result = _libc.ptrace(request, pid, ctypes.c_void_p(addr), ctypes.c_void_p(data))
-    err = ctypes.get_errno()
-    if result == -1 and err:
-        raise OSError(err, f"ptrace({request:#x}, pid {pid}): {os.strerror(err)}")
-    return result
-
-
-def _signed(value: int) -> int:
-    return ctypes.c_longlong(value).value
-
-
-def _wait_stop(pid: int, watchdog: _Watchdog | None = None) -> int:
-    """The next ptrace stop of ``pid`` (``watchdog`` ends the wait of a tracee that does not stop in time)."""
-    if watchdog is not None:
-        watchdog.arm(pid)
-    try:
-        _, status = os.waitpid(pid, _WALL)
-    finally:
-        if watchdog is not None:
-            watchdog.disarm()
-    if not os.WIFSTOPPED(status):
-        if watchdog is not None and watchdog.fired == pid:
-            raise _Stuck(f"pid {pid} did not come back from an injected call within {_STOP_TIMEOUT_S:.0f} s")
-        raise CowForkError(f"pid {pid} ended while being forked (wait status {status:#x})")
-    return status
-
-
-class _Watchdog:
-    """Kills the tracee being worked on if it does not come back in time (a seccomp user-notification filter of its
-    own, a wait it cannot leave): the blocked ``waitpid`` then returns. One thread per fork, armed per wait."""
-
-    def __init__(self):
-        import threading
-
-        self.lock = threading.Condition()
-        self.armed: tuple[int, float] | None = None
-        self.fired: int | None = None
-        self.closed = False
-        self.thread: threading.Thread | None = None
-
-    def arm(self, pid: int) -> None:
-        import threading
-
-        with self.lock:
-            self.armed, self.fired = (pid, time.monotonic() + _STOP_TIMEOUT_S), None
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="cowfork-watchdog", daemon=True)
-                self.thread.start()
-            self.lock.notify()
-
-    def disarm(self) -> None:
-        with self.lock:
-            self.armed = None
-            self.lock.notify()
-
-    def close(self) -> None:
-        with self.lock:
-            self.armed, self.closed = None, True
-            self.lock.notify()
-
-    def _run(self) -> None:
-        with self.lock:
-            while not self.closed:
-                if self.armed is None:
-                    self.lock.wait()
-                    continue
-                pid, deadline = self.armed
-                left = deadline - time.monotonic()
-                if left > 0:
-                    self.lock.wait(timeout=left)
-                    continue
-                self.fired, self.armed = pid, None
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-class _Stuck(CowForkError):
-    """A tracee did not come back from an injected call in time."""
-
-
-class Tracee:
-    """One stopped, seized thread and the syscalls injected into it (at a ``syscall`` instruction it already has).
-
-    ``resume_as``: the registers it gets back at :meth:`detach` (default: its own, taken when stopped). An interrupted
-    blocking call (a ``read`` the process was waiting in) is restarted then, as the kernel would have.
-    """
-
-    def __init__(self, pid: int, *, options: int, seized: bool = False, resume_as: _Regs | None = None,
-                 syscall_at: int | None = None, watchdog: _Watchdog | None = None):
-        self.pid = pid
-        self.watchdog = watchdog
-        self.at_entry = False  # stopped at the entry of an injected call (an error in between)
-        self.forked: int | None = None
-        self.held_signals: list[int] = []  # signals that arrived while it was stopped: sent again after detach
-        if not seized:
-            _ptrace(_PTRACE_SEIZE, pid, 0, options)
-            try:
-                self._interrupt()
-            except BaseException:
-                _ptrace_quiet(_PTRACE_DETACH, pid)  # seized but not stopped (it ended, or is stuck): let go
-                raise
-        else:
-            _ptrace(_PTRACE_SETOPTIONS, pid, 0, options)
-        try:
-            self.stopped = self.regs()
-            self.resume_as = resume_as if resume_as is not None else self.stopped
-            self.syscall_at = syscall_at if syscall_at is not None else self._syscall_instruction()
-        except BaseException:
-            if not seized:
-                _ptrace_quiet(_PTRACE_DETACH, pid)  # stopped, registers untouched: it goes on as it was
-            raise
-
-    def _interrupt(self) -> None:
-        _ptrace(_PTRACE_INTERRUPT, self.pid)
-        while True:
-            status = _wait_stop(self.pid, self.watchdog)
-            if status >> 16 == _EVENT_STOP:
-                return
-            # a signal on its way in: hold it (sent again after detach) and go on to the interrupt's stop
-            self.held_signals.append(os.WSTOPSIG(status))
-            _ptrace(_PTRACE_CONT, self.pid, 0, 0)
-
-    def regs(self) -> _Regs:
-        regs = _Regs()
-        _ptrace(_PTRACE_GETREGS, self.pid, 0, ctypes.addressof(regs))
-        return regs
-
-    def _set_regs(self, regs: _Regs) -> None:
-        _ptrace(_PTRACE_SETREGS, self.pid, 0, ctypes.addressof(regs))
-
-    def peek(self, address: int) -> int:
-        ctypes.set_errno(0)
-        value = _libc.ptrace(_PTRACE_PEEKDATA, self.pid, ctypes.c_void_p(address), None)
-        if value == -1 and ctypes.get_errno():
-            raise OSError(ctypes.get_errno(), f"peek at {address:#x} of pid {self.pid}")
-        return value & 0xFFFFFFFFFFFFFFFF
-
-    def poke(self, address: int, data: bytes) -> None:
-        data += b"\0" * (-len(data) % 8)
-        for offset in range(0, len(data), 8):
-            _ptrace(_PTRACE_POKEDATA, self.pid, address + offset, struct.unpack("<Q", data[offset:offset + 8])[0])
-
-    def _syscall_instruction(self) -> int:
-        """Where a ``syscall`` instruction is: right before the instruction pointer when the thread was stopped in a
-        system call (a blocked read), else in the C library's ``syscall()`` (the same file is mapped in every
-        process of this machine's Python; found by its offset in this process's copy)."""
-        here = self.stopped.rip - 2
-        if _signed(self.stopped.orig_rax) >= 0 and (self.peek(here) & 0xFFFF) == 0x050F:
-            return here
-        own = ctypes.cast(_libc.syscall, ctypes.c_void_p).value
-        code = ctypes.string_at(own, 128)
-        offset_in_function = code.find(_SYSCALL_INSN)
-        own_lib, own_base = _mapping_of(os.getpid(), own)
-        if offset_in_function < 0 or own_lib is None:
-            raise CowForkError("no syscall instruction found in this process's C library")
-        executable = _executable_ranges(self.pid, own_lib)
-        for path, start in _mappings(self.pid):
-            if path == own_lib:
-                address = start + (own - own_base) + offset_in_function
-                if any(low <= address < high - 1 for low, high in executable) and \
-                        (self.peek(address) & 0xFFFF) == 0x050F:
-                    return address
-        raise CowForkError(f"pid {self.pid} does not map {own_lib} (the C library this process uses)")
-
-    def call(self, name: str, *args: int) -> int:
-        """Run syscall ``name`` with ``args`` in the tracee; its result (an ``OSError`` for a -errno)."""
-        regs = _Regs.from_buffer_copy(self.stopped)
-        regs.rax, regs.orig_rax, regs.rip = NR[name], 0xFFFFFFFFFFFFFFFF, self.syscall_at
-        regs.cs, regs.ss, regs.eflags = _USER_CS, _USER_SS, regs.eflags & ~_TRAP_FLAG  # 64-bit mode, no single-step
-        for register, value in zip(("rdi", "rsi", "rdx", "r10", "r8", "r9"), args):
-            setattr(regs, register, value & 0xFFFFFFFFFFFFFFFF)
-        self._set_regs(regs)
-        intended = regs
-        _ptrace(_PTRACE_SYSCALL, self.pid)
-        syscall_stops = 0
-        while True:  # syscall-entry stop, a seccomp stop if the filter gates it, a fork event, the exit stop
-            status = _wait_stop(self.pid, self.watchdog)
-            event, sig = status >> 16, os.WSTOPSIG(status)
-            if event == _EVENT_FORK:
-                message = ctypes.c_ulong()
-                _ptrace(_PTRACE_GETEVENTMSG, self.pid, 0, ctypes.addressof(message))
-                self.forked = message.value
-            elif event == _EVENT_SECCOMP:
-                self._check_entry(name)  # the gate: the tracer is here, so *this* call goes on
-            elif sig == signal.SIGTRAP | 0x80:
-                syscall_stops += 1
-                if syscall_stops == 1:
-                    self.at_entry = True
-                    self._check_entry(name)
-                    # the arguments as intended, whatever the code at the call site did to the registers
-                    entry = _Regs.from_buffer_copy(intended)
-                    entry.orig_rax, entry.rax, entry.rip = NR[name], self.regs().rax, self.syscall_at + 2
-                    self._set_regs(entry)
-                else:
-                    self.at_entry = False
-                    result = _signed(self.regs().rax)
-                    if -4096 < result < 0:
-                        raise OSError(-result, f"{name} in pid {self.pid}: {os.strerror(-result)}")
-                    return result
-            elif event == 0 and sig in _FAULTS:  # the injected instruction faulted: nothing will make it pass
-                raise CowForkError(f"{name} injected into pid {self.pid} faulted ({signal.Signals(sig).name})")
-            elif event == 0:
-                self.held_signals.append(sig)  # a signal arrived: held, sent again after detach
-            _ptrace(_PTRACE_SYSCALL, self.pid)
-
-    def _check_entry(self, name: str) -> None:
-        regs = self.regs()
-        if regs.orig_rax != NR[name] or regs.rip != self.syscall_at + 2:
-            raise CowForkError(f"pid {self.pid} entered syscall {_signed(regs.orig_rax)} at {regs.rip:#x}, not the "
-                               f"injected {name} ({NR[name]}) at {self.syscall_at + 2:#x}")
-
-    def detach(self) -> None:
-        """Give the thread back the registers of :attr:`resume_as` and let it run, untraced.
-
-        It is first brought to a stop inside the kernel's signal handling (an interrupt), with its own registers back
-        and the signals held meanwhile queued again: on resuming, the kernel itself restarts the call it was blocked
-        in, or ends it with ``EINTR`` for a signal handler, exactly as if it had never been stopped."""
-        if self.at_entry:  # an injected call was entered but not run: skip it (no syscall number) to its exit stop
-            regs = self.regs()
-            regs.orig_rax = 0xFFFFFFFFFFFFFFFF
-            self._set_regs(regs)
-            _ptrace(_PTRACE_SYSCALL, self.pid)
-            while True:
-                status = _wait_stop(self.pid, self.watchdog)
-                if os.WSTOPSIG(status) == signal.SIGTRAP | 0x80:
-                    break
-                if status >> 16 == 0:
-                    self.held_signals.append(os.WSTOPSIG(status))
-                _ptrace(_PTRACE_SYSCALL, self.pid)
-            self.at_entry = False
-        self._set_regs(_Regs.from_buffer_copy(self.resume_as))
-        _ptrace(_PTRACE_INTERRUPT, self.pid)
-        _ptrace(_PTRACE_CONT, self.pid, 0, 0)
-        while True:
-            status = _wait_stop(self.pid, self.watchdog)
-            if status >> 16 == _EVENT_STOP:
-                break
-            if status >> 16 == 0:
-                self.held_signals.append(os.WSTOPSIG(status))  # on its way in: queued again below
-            _ptrace(_PTRACE_CONT, self.pid, 0, 0)
-        for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)
-            os.kill(self.pid, sig)
-        self.held_signals.clear()
-        _ptrace(_PTRACE_DETACH, self.pid, 0, 0)
-
-
-def _ptrace_quiet(request: int, pid: int) -> None:
-    try:
-        _ptrace(request, pid)
-    except OSError:
-        pass
-
-
-def _executable_ranges(pid: int, path: str) -> list[tuple[int, int]]:
-    out = []
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].strip() == path and "x" in parts[1]:
-                low, high = (int(x, 16) for x in parts[0].split("-"))
-                out.append((low, high))
-    return out
-
-
-def _mappings(pid: int) -> list[tuple[str, int]]:
-    """(path, start) of each file mapping of ``pid`` at file offset 0 (a library's base)."""
-    out = []
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and int(parts[2], 16) == 0:
-                out.append((parts[5].strip(), int(parts[0].split("-")[0], 16)))
-    return out
-
-
-def _mapping_of(pid: int, address: int) -> tuple[str | None, int]:
-    """The file mapped at ``address`` in ``pid`` and that file's base address."""
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in parts[0].split("-"))
-            if start <= address < end and len(parts) == 6:
-                path = parts[5].strip()
-                return path, dict(_mappings(pid)).get(path, start)
-    return None, 0
 
 
 def _ids(pid: int) -> tuple[int, int]:
@@ -443,7 +137,7 @@ def _kill(pid: int | None) -> None:
         return
     try:
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, _WALL)
+        os.waitpid(pid, WALL)
     except (ProcessLookupError, ChildProcessError):
         pass
 
@@ -562,7 +256,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     Nothing the copy reports is taken on trust: before it is let go, its descriptors, channel, ids, session and
     capabilities are read from ``/proc`` (a process can answer an injected call itself, through a seccomp filter of its
     own: a sandbox should deny the REPL ``seccomp()``/``PR_SET_SECCOMP`` and pass ``seccomp_filters``). A tracee that
-    blocks an injected call for :data:`_STOP_TIMEOUT_S` is killed.
+    blocks an injected call for :data:`~gym_llm.tools.sandbox.ptrace.STOP_TIMEOUT_S` is killed.
 
     Cost (``bench/fork.py``, 2-core AMD EPYC): the parent is stopped 4–9 ms for a ~150 MB Python process (page
     tables are copied, not pages); the copy runs, set up and checked, 6–16 ms after the start.
@@ -581,14 +275,14 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
     if found:
         raise CowForkError(f"pid {pid} is not copied: " + "; ".join(found))
-    watchdog = _Watchdog()
+    watchdog = Watchdog()
     try:
         started = time.perf_counter()
         flags = NAMESPACES | signal.SIGCHLD | (CLONE_PARENT if reparent else 0)
         try:
-            parent = Tracee(pid, options=_O_TRACESYSGOOD | _O_TRACEFORK | _O_TRACESECCOMP | _O_EXITKILL,
+            parent = Tracee(pid, options=O_TRACESYSGOOD | O_TRACEFORK | O_TRACESECCOMP | O_EXITKILL,
                             watchdog=watchdog)
-        except OSError as e:
+        except (OSError, TraceError) as e:
             raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
         try:
             seen_ids = _ids(pid)
@@ -619,19 +313,21 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             parent.detach()
         except BaseException as e:
             _kill(child)
-            if isinstance(e, _Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
+            if isinstance(e, Stuck):  # it blocks a call it was made to make: hostile, and not left half-traced
                 _kill(pid)
                 raise CowForkError(f"{e}; pid {pid} was killed") from e
             try:
                 parent.detach()
-            except OSError:
+            except (OSError, TraceError):
                 pass  # it ended meanwhile
+            if isinstance(e, TraceError) and not isinstance(e, CowForkError):
+                raise CowForkError(f"clone in pid {pid} failed: {e}") from e
             raise
         stopped_s = time.perf_counter() - started
         channel = None
         try:
-            _wait_stop(child, watchdog)  # the copy starts stopped, traced by this thread: it has run nothing yet
-            tracee = Tracee(child, options=_O_TRACESYSGOOD | _O_TRACESECCOMP | _O_EXITKILL, seized=True,
+            wait_stop(child, watchdog)  # the copy starts stopped, traced by this thread: it has run nothing yet
+            tracee = Tracee(child, options=O_TRACESYSGOOD | O_TRACESECCOMP | O_EXITKILL, seized=True,
                             resume_as=parent.stopped, syscall_at=parent.syscall_at, watchdog=watchdog)
             outer_uid = seen_ids[0] if uid is None else uid
             outer_gid = seen_ids[1] if gid is None else gid
@@ -653,7 +349,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
                 raise CowForkError(f"the copy's new socket pair is not new ({theirs}, {ours}): its result was forged")
             pidfd = os.pidfd_open(child)
             try:
-                taken = _libc.syscall(438, pidfd, ours, 0)  # pidfd_getfd
+                taken = libc.syscall(438, pidfd, ours, 0)  # pidfd_getfd
                 if taken < 0:
                     raise OSError(ctypes.get_errno(), f"pidfd_getfd: {os.strerror(ctypes.get_errno())}")
             finally:
