@@ -10,7 +10,10 @@ from dataclasses import fields
 from typing import Any
 
 from gym_llm.tools.base import ToolCall, ToolResult, function_schema, invalid_result
+from gym_llm.core.episode import ForkError
 from gym_llm.tools.sandbox.config import SandboxConfig
+from gym_llm.tools.sandbox.cowfork import CowForkError
+from gym_llm.tools.sandbox.family import Family, cow_unsupported
 from gym_llm.tools.sandbox.pool import SandboxPool
 from gym_llm.tools.sandbox.process import (ReplChannel, ReplReply, Sandbox, SandboxError, describe_wait_status,
                                            find_bwrap, limits_in_force)
@@ -195,21 +198,52 @@ class PythonSession:
         self._history: list[tuple[str, str, str, str]] = []
         self._replay: list[tuple[str, str, str, str]] = []  # a fork's calls still to re-run before its first own
         self.fork_exact: bool | None = True
+        self.forked_by: str | None = None  # "copy" (copy-on-write) or "replay" (re-run calls) for a fork
         self._note = ""  # said before the next result (a fork whose state could not be rebuilt)
+        self._family: Family | None = None  # the REPLs copied from one another, sharing this sandbox
+        self._member = None  # this session's REPL in its family
 
     def fork(self) -> "PythonSession":
         """A sibling session whose REPL holds the same state — variables, imports, files in its scratch dir — and
         diverges from here, in a sandbox of its own (as isolated from this one as two episodes are: another
         process tree, pid/mount/IPC namespaces, uid, scratch tmpfs).
 
-        How: the sibling's first call starts a fresh REPL and first re-runs, in order, the calls that built this
-        REPL's state (those since its last restart), then runs its own. Cheap to take (nothing runs until the
-        sibling is used); the rebuild costs what those calls cost. Exact when the code is deterministic; code that
-        reads the clock, unseeded randomness or ``id()``s rebuilds a different state: each re-run call's output is
-        compared with what it printed the first time and :attr:`fork_exact` says whether all matched (a mismatch is
-        logged). A copy-on-write fork of the live process is not possible from outside a sandboxed REPL that has run
-        model code (docs/branching.md says why)."""
+        How (``SandboxConfig.fork``): a **copy-on-write fork** of the live REPL process, made from outside by the
+        host (:mod:`gym_llm.tools.sandbox.family`): milliseconds, the exact state (randomness and ``id()``s
+        included), memory shared until written; the sibling REPL is in namespaces of its own with its own scratch
+        tmpfs holding a copy of the parent's files. Descriptors the code keeps open are not carried (they are closed
+        in the sibling). Where that is not possible (a REPL running threads or mapping scratch files, no bubblewrap,
+        ``allow_subprocess``, not x86-64) the sibling's first call starts a fresh REPL and re-runs, in order, the
+        calls that built this REPL's state (those since its last restart), then runs its own: exact when the code is
+        deterministic; each re-run call's output is compared with what it printed the first time and
+        :attr:`fork_exact` says whether all matched (a mismatch is logged). :attr:`forked_by` says which."""
         sibling = PythonSession(self.tool)
+        mode = self.config.fork
+        reason = "SandboxConfig(fork='replay')" if mode == "replay" else None
+        if reason is None:
+            reason = ("no live interpreter to copy yet" if self._channel is None or self._replay
+                      else cow_unsupported(self.config, self._channel))
+        if reason is None:
+            try:
+                if self._family is None:
+                    self._family = Family(self._sandbox, self._pool, self._channel)
+                    self._member = self._family.root
+                member, took = self._family.fork(self._member)
+            except CowForkError as e:
+                reason = str(e)
+            else:
+                logger.debug("python session forked copy-on-write in %.1f ms", took * 1e3)
+                sibling._family, sibling._member, sibling._channel = self._family, member, member.channel
+                sibling._sandbox, sibling._pool, sibling._oom_kills = self._sandbox, self._pool, self._oom_kills
+                sibling._history = list(self._history)
+                sibling.forked_by = "copy"
+                return sibling
+        if mode == "copy" and self._channel is not None and not self._replay:
+            raise ForkError(f"the Python REPL cannot be forked copy-on-write: {reason}. Use SandboxConfig(fork='auto') "
+                            "to re-run its calls in a fresh REPL instead.")
+        if self._channel is not None:
+            logger.info("forking a Python session by re-running its calls: %s", reason)
+        sibling.forked_by = "replay"
         sibling._replay = [*self._replay, *self._history]
         sibling.fork_exact = None if sibling._replay else True
         return sibling
@@ -298,6 +332,15 @@ class PythonSession:
         sandbox, channel = self._sandbox, self._channel
         self._channel = None
         self._history = []  # the state those calls built is gone
+        if self._family is not None:  # the family keeps the sandbox until its last REPL ends: take a fresh one next
+            family, member = self._family, self._member
+            self._family = self._member = self._sandbox = None
+            out_of_memory = sandbox.cgroup is not None and sandbox.cgroup.oom_kills() > self._oom_kills
+            family.retire(member, running=True)
+            if out_of_memory:
+                return (f"killed for exceeding the memory limit of {self.config.memory_limit_mb} MiB (memory, files in "
+                        "its scratch dir and shared memory count together, for every fork of this interpreter)")
+            return describe_wait_status(wait_status, self.config)
         status = sandbox.end_repl(channel)
         out_of_memory = sandbox.cgroup is not None and sandbox.cgroup.oom_kills() > self._oom_kills
         if not sandbox.alive or self.config.allow_subprocess:  # leftover processes: use a fresh sandbox
@@ -327,6 +370,11 @@ class PythonSession:
     def close(self) -> None:
         sandbox, channel = self._sandbox, self._channel
         self._sandbox = self._channel = None
+        if self._family is not None:
+            family, member = self._family, self._member
+            self._family = self._member = None
+            family.retire(member, running=False)
+            return
         if sandbox is None:
             return
         if channel is not None:

@@ -772,11 +772,13 @@ print("STARTED", started)
 stop.set()
 """
     content, call = run(resource_env, code)
-    started = int(content.split("STARTED ")[1].split()[0])
     if thread_cap_in_force(resource_tool):
+        started = int(content.split("STARTED ")[1].split()[0])
         assert started < MAX_THREADS and "refused" in content, content
-    else:  # a non-root host without a pids cgroup: documented as not capped; the env still holds
-        assert started > 0
+    else:  # a non-root host without a pids cgroup: documented as not capped, only RLIMIT_AS stops the flood; where
+        # it runs out inside a new thread before that thread reports back, CPython's Thread.start() waits forever
+        # (seen as uid 65534: ~490 threads fit in 256 MiB): the call then times out. Either way the env holds.
+        assert "STARTED " in content or call["status"] in ("timeout", "crashed"), content
     assert_next_episode_works(resource_env)
 
 

@@ -54,6 +54,10 @@ class SandboxConfig:
             episode's scratch dir (each REPL resolves the link in its own mount namespace, to its own scratch).
         max_episodes_per_sandbox: a sandbox is replaced after this many episodes.
         startup_timeout_s: how long starting one sandbox may take.
+        fork: how a session's fork gets the REPL's state. ``"auto"`` (default): a copy-on-write fork of the live
+            REPL where possible (bubblewrap, no ``allow_subprocess``, x86-64 Linux >= 5.6, a REPL with one thread
+            and no mapped scratch files), else re-running its calls in a fresh REPL (the reason is logged);
+            ``"copy"``: copy-on-write or a ``ForkError``; ``"replay"``: always re-run the calls.
     """
 
     isolation: Isolation = "bwrap"
@@ -75,6 +79,7 @@ class SandboxConfig:
     symlinks: tuple[tuple[str, str], ...] = field(default=())
     max_episodes_per_sandbox: int = 1000
     startup_timeout_s: float = 30.0
+    fork: Literal["auto", "copy", "replay"] = "auto"
 
     def __post_init__(self) -> None:
         if self.isolation not in ("bwrap", "none"):
@@ -85,6 +90,8 @@ class SandboxConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}.")
+        if self.fork not in ("auto", "copy", "replay"):
+            raise ValueError(f"fork must be 'auto', 'copy' or 'replay', got {self.fork!r}.")
         if self.cgroups not in ("auto", "required", "off"):
             raise ValueError(f"cgroups must be 'auto', 'required' or 'off', got {self.cgroups!r}.")
         for name in ("memory_limit_mb", "cpu_limit_s", "file_size_limit_mb", "max_open_files", "scratch_size_mb",

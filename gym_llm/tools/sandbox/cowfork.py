@@ -223,19 +223,22 @@ class Forked:
         channel: the caller's end of the copy's new channel (the copy has the other end at ``channel_fd``).
         parent_stopped_s: how long the parent was stopped.
         ready_s: from the start until the copy ran on, set up.
+        pidfd: a pidfd of the copy (``cow_fork(..., pidfd=True)``), else None.
     """
 
     pid: int
     channel: socket.socket
     parent_stopped_s: float
     ready_s: float
+    pidfd: int | None = None
 
 
 def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREAM, uid: int | None = None,
              gid: int | None = None, inner_ids: tuple[int, int] | None = None, reparent: bool = True,
              write_id_maps: Callable[[int, str, str], None] | None = None, cwd: str | None = None,
              writable_paths: tuple[str, ...] = (), seccomp_filters: int | None = None,
-             setup: Callable[[Tracee], None] | None = None) -> Forked:
+             setup: Callable[[Tracee], None] | None = None, map_outer_ids: tuple[int, int] | None = None,
+             pidfd: bool = False) -> Forked:
     """A copy-on-write copy of the running process ``pid`` (its main thread's state and all its memory), in
     namespaces of its own (:data:`NAMESPACES`), set up by the tracer before it runs.
 
@@ -251,7 +254,10 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     copy's parent is ``pid``'s parent (``CLONE_PARENT``; not possible when ``pid`` is the init of a pid namespace), so
     it outlives ``pid``. ``setup(tracee)`` may inject more (e.g. mount a fresh scratch dir) before the copy is let go;
     ``cwd``: then the copy's working directory (e.g. that fresh scratch dir: the old one is the parent's).
-    ``writable_paths``, ``seccomp_filters``: see :func:`hazards`.
+    ``writable_paths``, ``seccomp_filters``: see :func:`hazards`. ``map_outer_ids``: the outer uid and gid as the map
+    writer sees them (default ``uid``/``gid``; e.g. a writer inside a sandbox's user namespace sees other numbers
+    than this process). ``pidfd``: also open a pidfd of the copy (``Forked.pidfd``; the caller closes it) while it is
+    still stopped, so it names the copy even after the copy ends and is reaped.
 
     Nothing the copy reports is taken on trust: before it is let go, its descriptors, channel, ids, session and
     capabilities are read from ``/proc`` (a process can answer an injected call itself, through a seccomp filter of its
@@ -331,7 +337,8 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
                             resume_as=parent.stopped, syscall_at=parent.syscall_at, watchdog=watchdog)
             outer_uid = seen_ids[0] if uid is None else uid
             outer_gid = seen_ids[1] if gid is None else gid
-            (write_id_maps or _write_id_maps)(child, f"{inner_uid} {outer_uid} 1\n", f"{inner_gid} {outer_gid} 1\n")
+            map_uid, map_gid = map_outer_ids if map_outer_ids is not None else (outer_uid, outer_gid)
+            (write_id_maps or _write_id_maps)(child, f"{inner_uid} {map_uid} 1\n", f"{inner_gid} {map_gid} 1\n")
             tracee.call("setresgid", inner_gid, inner_gid, inner_gid)
             tracee.call("setresuid", inner_uid, inner_uid, inner_uid)
             tracee.call("setsid")
@@ -379,7 +386,13 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             tracee.call("capset", scratch, scratch + 8)
             tracee.call("munmap", scratch, 4096)
             _verify(child, pid, channel_fd, new_sockets[theirs], channel, (outer_uid, outer_gid), cwd)  # not its word
-            tracee.detach()
+            handle = os.pidfd_open(child) if pidfd else None
+            try:
+                tracee.detach()
+            except BaseException:
+                if handle is not None:
+                    os.close(handle)
+                raise
         except BaseException as e:
             _kill(child)
             if channel is not None:
@@ -387,6 +400,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             if isinstance(e, (CowForkError, KeyboardInterrupt)):
                 raise
             raise CowForkError(f"setting up the copy of pid {pid} failed: {type(e).__name__}: {e}") from e
-        return Forked(pid=child, channel=channel, parent_stopped_s=stopped_s, ready_s=time.perf_counter() - started)
+        return Forked(pid=child, channel=channel, parent_stopped_s=stopped_s, ready_s=time.perf_counter() - started,
+                      pidfd=handle)
     finally:
         watchdog.close()

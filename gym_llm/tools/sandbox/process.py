@@ -140,7 +140,9 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespa
     if user_namespaces is not None:
         argv += ["--userns", str(user_namespaces[0]), "--userns2", str(user_namespaces[1])]
     else:
-        argv += ["--unshare-user", "--uid", "0", "--gid", "0"]
+        # the REPL is uid 0 here, so the id map of a copy-on-write fork maps 0 to the namespace owner: the kernel
+        # wants CAP_SETFCAP in this namespace from whoever writes such a map (the zygote; the REPL drops every cap)
+        argv += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "CAP_SETFCAP"]
     binds = [(path, _sandbox_path(path)) for path in _readonly_paths(config)]
     ancestors = sorted({str(parent) for _, dest in binds for parent in Path(dest).parents if str(parent) != "/"},
                        key=lambda p: p.count("/"))
@@ -246,10 +248,14 @@ def _clean_text(value: object) -> str:
 class ReplChannel:
     """The host end of one REPL's two pipes. Not thread-safe: one episode uses it at a time."""
 
-    def __init__(self, request_fd: int, reply_fd: int, config: SandboxConfig):
+    def __init__(self, request_fd: int, reply_fd: int, config: SandboxConfig, *, pidfd: int | None = None,
+                 channel_fd: int | None = None):
         self.request_fd = request_fd
         self.reply_fd = reply_fd
         self.config = config
+        self.pidfd = pidfd  # the REPL process (a copy-on-write fork needs it; None: not forkable so)
+        self.channel_fd = channel_fd  # the REPL's end of its relay socket, as a number in the REPL
+        self.seccomp_filters: int | None = None  # how many filters confine the REPL, read before it ran user code
         self.max_reply_bytes = 65_536 + 12 * (config.max_output_chars + config.max_error_chars)
         os.set_blocking(request_fd, False)
         os.set_blocking(reply_fd, False)
@@ -314,12 +320,14 @@ class ReplChannel:
         return b"".join(chunks)
 
     def close(self) -> None:
-        for fd in (self.request_fd, self.reply_fd):
+        for fd in (self.request_fd, self.reply_fd, self.pidfd):
             try:
-                os.close(fd)
+                if fd is not None and fd >= 0:
+                    os.close(fd)
             except OSError:
                 pass
         self.request_fd = self.reply_fd = -1
+        self.pidfd = None
 
 
 class _Broken(Exception):
@@ -471,22 +479,37 @@ class Sandbox:
         return cls(process, control, config, resources, time.perf_counter() - start, errors)
 
     # ------------------------------------------------------------------------------- REPLs
-    def _request(self, message: dict, fds: list[int] = ()) -> dict:
+    def _request(self, message: dict, fds: list[int] = (), received: list[int] | None = None) -> dict:
+        """One request to the zygote and its answer; descriptors sent with the answer go to ``received`` (closed
+        when it is None)."""
         try:
             socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
-            reply = json.loads(self.control.recv(1 << 16) or b"null")
+            data, got, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
+            reply = json.loads(data or b"null")
         except (OSError, ValueError) as e:
             raise SandboxError(f"the sandbox's zygote stopped answering ({type(e).__name__}: {e})") from e
+        for fd in got:
+            received.append(fd) if received is not None else os.close(fd)
         if not isinstance(reply, dict):
             raise SandboxError("the sandbox's zygote closed its control socket")
         return reply
+
+    def write_id_maps(self, pid: int, uid_map: str, gid_map: str, userns_fd: int | None = None) -> None:
+        """Have the zygote write the id maps of ``pid`` (a pid as the sandbox sees it: a REPL's copy in a user
+        namespace of its own, whose maps only a process in the parent namespace may write: the zygote's own, or for a
+        copy of a copy the one ``userns_fd`` names)."""
+        reply = self._request({"op": "idmap", "pid": pid, "uid_map": uid_map, "gid_map": gid_map},
+                              [] if userns_fd is None else [userns_fd])
+        if reply.get("op") != "idmapped":
+            raise SandboxError(f"the zygote could not write the id maps of pid {pid}: {reply.get('message', reply)}")
 
     def start_repl(self) -> ReplChannel:
         """Fork a fresh REPL (empty namespace, empty scratch dir). Raises :class:`SandboxError`."""
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
+        pidfds: list[int] = []
         try:
-            reply = self._request({"op": "spawn"}, [request_read, reply_write])
+            reply = self._request({"op": "spawn"}, [request_read, reply_write], pidfds)
         except SandboxError:
             for fd in (request_write, reply_read):
                 os.close(fd)
@@ -496,12 +519,17 @@ class Sandbox:
             os.close(request_read)
             os.close(reply_write)
         if reply.get("op") != "spawned":
-            os.close(request_write)
-            os.close(reply_read)
+            for fd in (request_write, reply_read, *pidfds):
+                os.close(fd)
             self.alive = False
             raise SandboxError(f"the zygote refused to start a REPL: {reply}")
         self.episodes += 1
-        return ReplChannel(request_write, reply_read, self.config)
+        channel_fd = reply.get("channel_fd")
+        channel = ReplChannel(request_write, reply_read, self.config, pidfd=pidfds[0] if pidfds else None,
+                              channel_fd=channel_fd if isinstance(channel_fd, int) else None)
+        if channel.pidfd is not None:  # the REPL has not run user code yet: what confines it now is the baseline
+            channel.seccomp_filters = _seccomp_filters(channel.pidfd)
+        return channel
 
     def end_repl(self, channel: ReplChannel) -> int | None:
         """Stop the REPL (SIGKILL if still running), wipe the scratch dir; the REPL's wait status.
@@ -537,6 +565,17 @@ class Sandbox:
         if self.process.stderr is not None:
             self.process.stderr.close()
         self.resources.release()
+
+
+def _seccomp_filters(pidfd: int) -> int | None:
+    """How many seccomp filters confine the process behind ``pidfd`` (None: it cannot be read)."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Seccomp_filters:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
 
 
 def describe_wait_status(status: int | None, config: SandboxConfig) -> str:

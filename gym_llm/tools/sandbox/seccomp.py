@@ -118,6 +118,12 @@ REPL_REFUSED: tuple[str, ...] = (
 """Not allowed either, but refused with ``EPERM`` (a ``PermissionError`` in Python) instead of ``ENOSYS``: the
 calls user code is likely to try on purpose, where "not permitted" is the honest answer."""
 
+TRACED: tuple[str, ...] = ("setresuid", "setresgid", "setsid", "capset", "mount")
+"""Answered ``SECCOMP_RET_TRACE`` (with ``clone`` into a new user namespace) unless ``allow_subprocess``: the calls
+that set up a copy-on-write fork of the REPL (:mod:`~gym_llm.tools.sandbox.cowfork`). With no tracer attached — always,
+except while the host's tracer injects them into the stopped REPL or its new copy — the kernel fails them with
+``ENOSYS``: the REPL itself can never make them."""
+
 REPL_PROCESS: tuple[str, ...] = ("fork", "vfork", "execve", "execveat")
 """Refused with ``EPERM`` unless ``allow_subprocess``."""
 
@@ -134,6 +140,7 @@ SELF_PID_PLACEHOLDER = 0x3EADBEEF
 REPL replaces the ``k`` field of every BPF instruction that holds it."""
 
 _CLONE_THREAD = 0x00010000
+_CLONE_NEWUSER = 0x10000000
 _SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 _TIOCSTI = 0x5412  # push characters into a terminal's input queue
 _TIOCLINUX = 0x541C
@@ -211,7 +218,12 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
             program.add_rule(sc.ALLOW, name)
     if not allow_subprocess:
         program.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
-        program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
+        program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD | _CLONE_NEWUSER, 0))
+        # a process in a new user namespace: only a copy-on-write fork the host's tracer makes (see TRACED)
+        program.add_rule(sc.TRACE(0), "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD | _CLONE_NEWUSER, _CLONE_NEWUSER))
+        for name in TRACED:
+            if _known(sc, name):
+                program.add_rule(sc.TRACE(0), name)
         for name in SIGNAL_SELF_ONLY:
             if _known(sc, name):
                 program.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, self_pid))
@@ -245,7 +257,7 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
     for option in (_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_SECCOMP):
         program.add_rule(sc.ERRNO(errno.EPERM), "prctl", sc.Arg(0, sc.EQ, option))
     for name in (*REPL_REFUSED, *(() if allow_subprocess else REPL_PROCESS)):
-        if _known(sc, name):
+        if _known(sc, name) and (allow_subprocess or name not in TRACED):
             program.add_rule(sc.ERRNO(errno.EPERM), name)
     return _export(program)
 

@@ -29,7 +29,11 @@ Process tree of one sandbox (``isolation="bwrap"``; pids as each process sees th
 Zygote protocol (host <-> zygote over an ``AF_UNIX`` SOCK_SEQPACKET socket, fd ``config["control_fd"]``):
 
 * ``{"op": "spawn"}`` + two fds (request pipe read end, reply pipe write end): hand them to the spare relay;
-  answer ``{"op": "spawned", "pid": relay_pid, "uid": repl_uid}``.
+  answer ``{"op": "spawned", "pid": relay_pid, "uid": repl_uid, "channel_fd": fd}`` + a pidfd of the REPL (the
+  host's handle for a copy-on-write fork; ``channel_fd``: the REPL's end of its relay socket).
+* ``{"op": "idmap", "pid": pid, "uid_map": text, "gid_map": text}`` (+ for a copy of a copy, an fd of its parent
+  copy's user namespace): write the id maps of ``pid`` (a copy of a REPL, in a new user namespace the REPL made: the
+  kernel takes its maps only from a process in the parent namespace, with ``CAP_SETUID`` there); answer ``{"op": "idmapped"}`` or ``{"op": "error", "message": ...}``.
 * ``{"op": "end"}``: SIGKILL the relay and its REPL, reap them; answer ``{"op": "ended", "status": wait_status,
   "clean": bool}`` (``clean`` false when the unsandboxed mode's scratch dir could not be emptied).
 
@@ -52,7 +56,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SECCOMP_MODE_FILTER = 2
 SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x20000000, 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 MAX_REQUEST_BYTES = 1 << 24
 WIPE_ENTRY_LIMIT = 20_000  # unsandboxed mode: a scratch dir with more entries is not worth wiping
@@ -262,7 +266,7 @@ class Zygote:
         self.libc = Libc()
         self.relay = None  # pid of the current episode's relay
         self.repl = None  # pid of its REPL (as the zygote sees it)
-        self.spare = None  # (relay pid, handoff socket, repl pid, repl uid) of the pre-forked next episode
+        self.spare = None  # (relay pid, handoff socket, repl pid, repl uid, channel fd) of the next episode
         self.forks = 0
         self.setup_error = ""
 
@@ -357,7 +361,7 @@ class Zygote:
         message = None
         try:
             message = json.loads(zygote_end.recv(8192) or b"null")
-            repl = int(message["repl"])
+            repl, channel_fd = int(message["repl"]), int(message["channel_fd"])
         except (OSError, ValueError, TypeError, KeyError):
             self.setup_error = (message.get("failed") if isinstance(message, dict) else None) or "the REPL died"
             zygote_end.close()
@@ -365,7 +369,7 @@ class Zygote:
             self.spare = None
             return
         zygote_end.settimeout(None)
-        self.spare = (pid, zygote_end, repl, uid)
+        self.spare = (pid, zygote_end, repl, uid, channel_fd)
 
     def take_spare(self):
         if self.spare is not None and os.waitpid(self.spare[0], os.WNOHANG) == (0, 0):
@@ -384,7 +388,7 @@ class Zygote:
             for fd in fds:
                 os.close(fd)
             return {"op": "error", "message": f"the REPL could not confine itself: {self.setup_error}"}
-        pid, handoff, repl, uid = spare
+        pid, handoff, repl, uid, channel_fd = spare
         try:
             socket.send_fds(handoff, [b"go"], fds)
         finally:
@@ -392,7 +396,39 @@ class Zygote:
             for fd in fds:
                 os.close(fd)
         self.relay, self.repl = pid, repl
-        return {"op": "spawned", "pid": pid, "uid": uid, "clean": clean}
+        return {"op": "spawned", "pid": pid, "uid": uid, "clean": clean, "channel_fd": channel_fd}
+
+    def write_id_maps(self, pid, uid_map, gid_map, userns=None):
+        """Write ``pid``'s id maps. ``userns``: an fd of the user namespace that is the parent of ``pid``'s (a copy of
+        a copy; the host opened it: the zygote has no ptrace rights): the kernel takes the maps only from a process in
+        there, so a short-lived child of the zygote joins it (``setns`` cannot be undone) and writes them."""
+        helper = os.fork() if userns is not None else 0
+        if userns is not None and helper:
+            os.close(userns)
+        if helper:
+            _, status = os.waitpid(helper, 0)
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+            if code == 0:
+                return {"op": "idmapped"}
+            step = "joining" if code >= 128 else "writing the maps from"
+            why = os.strerror(code & 127) if code > 0 else f"wait status {status}"
+            return {"op": "error", "message": f"{step} the parent copy's user namespace failed: {why}"}
+        try:
+            if userns is not None:
+                try:
+                    self.libc.call("setns", userns, CLONE_NEWUSER)
+                except OSError as exc:
+                    os._exit(128 | min(exc.errno or 1, 127))
+            for name, text in (("setgroups", "deny"), ("uid_map", uid_map), ("gid_map", gid_map)):
+                with open(f"/proc/{int(pid)}/{name}", "w") as f:
+                    f.write(str(text))
+        except (OSError, ValueError, TypeError) as exc:
+            if userns is not None:
+                os._exit(min(getattr(exc, "errno", None) or 1, 127))
+            return {"op": "error", "message": f"{type(exc).__name__}: {exc}"}
+        if userns is not None:
+            os._exit(0)
+        return {"op": "idmapped"}
 
     def serve(self, errors):
         self.control.send(json.dumps({"op": "ready", "pid": os.getpid(), "preload_errors": errors}).encode())
@@ -404,9 +440,19 @@ class Zygote:
                 break
             if not data:
                 break
-            op = json.loads(data).get("op")
+            request = json.loads(data)
+            op = request.get("op")
+            send = []
             if op == "spawn" and len(fds) == 2:
                 reply = self.spawn(fds)
+                if reply.get("op") == "spawned" and self.sandboxed:
+                    try:
+                        send = [os.pidfd_open(self.repl)]
+                    except OSError:
+                        pass  # no pidfds here (kernel < 5.3): the REPL cannot be forked copy-on-write
+            elif op == "idmap" and len(fds) <= 1:
+                reply = self.write_id_maps(request.get("pid"), request.get("uid_map"), request.get("gid_map"),
+                                           fds[0] if fds else None)
             elif op == "end":
                 for fd in fds:
                     os.close(fd)
@@ -416,7 +462,9 @@ class Zygote:
                 for fd in fds:
                     os.close(fd)
                 reply = {"op": "error", "message": f"unknown request {op!r}"}
-            self.control.send(json.dumps(reply).encode())
+            socket.send_fds(self.control, [json.dumps(reply).encode()], send)
+            for fd in send:
+                os.close(fd)
             if self.spare is None and self.relay is None:
                 self.fork_spare()  # after the answer: off the host's critical path
         if self.spare is not None:
@@ -446,12 +494,13 @@ class Zygote:
                 code = 0
             finally:
                 os._exit(code)
+        repl_fd = repl_sock.fileno()  # the REPL's channel: the same fd number in the REPL
         repl_sock.close()
         status = relay_sock.recv(4096)
         if status != b"ready":  # the REPL could not confine itself: it never runs user code
             handoff.send(json.dumps({"failed": status.decode(errors="replace") or "the REPL died"}).encode())
             self.mirror(repl)
-        handoff.send(json.dumps({"repl": repl}).encode())
+        handoff.send(json.dumps({"repl": repl, "channel_fd": repl_fd}).encode())
         _, fds, _, _ = socket.recv_fds(handoff, 16, 2)
         handoff.close()
         if len(fds) == 2:
