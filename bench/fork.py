@@ -2,23 +2,23 @@
 
 A parent episode builds ~100 MB of live objects in its REPL in one of two ways — ``fast`` (one ``bytearray`` and a
 numpy-free list of ints: cheap to build) and ``slow`` (2 million small strings: the kind of state that takes a while)
-— then ``env.fork(k)`` makes k siblings and each sibling runs one small call. Measured in the same run:
+— then ``env.fork(k)`` makes k siblings and each sibling runs one small call.
 
-* ``fork()``: the time of ``env.fork(k)`` itself;
-* a sibling's first call, and the same call in the parent (the baseline): the difference is what the sibling pays to
-  rebuild its state, since the REPL forks by re-running the parent's calls in a sandbox of its own;
-* the parent's own time to build the state (what a rebuild re-runs);
-* memory: the proportional set size (PSS) of every process of each sandbox (from /proc), for the parent alone and for
-  the parent with its k siblings.
+Each workload is forked both ways the Python tool can (``SandboxConfig(fork=...)``), in the same run:
+
+* ``replay``: the sibling's first call starts a REPL in a sandbox of its own and re-runs the parent's calls;
+* ``copy``: a copy-on-write fork of the live sandboxed REPL (``gym_llm/tools/sandbox/family.py``), made during
+  ``env.fork(k)``; the copies live in the parent's sandbox.
+
+Measured: ``env.fork(k)`` per sibling; a sibling ready = ``env.fork(k) / k`` + its first call - the parent's same call
+(the baseline); the parent's own time to build the state (what a replay re-runs); memory: the proportional set size
+(PSS) of every process of each sandbox (from /proc), for the parent alone and for the parent with its k siblings.
 
 Targets (issue 23): a fork of 100 MB of live objects ready in <= 50 ms, and 8 siblings in < 2x the memory of one.
-Re-execution meets neither by design (docs/branching.md says why a copy-on-write fork of a sandboxed REPL is not
-built yet); this benchmark prints the numbers so the gap is measured, not guessed.
 
-A second table measures, in the same run and on the same workloads, the building block of the copy-on-write fork
-(``gym_llm/tools/sandbox/cowfork.py``: the tracer injects ``clone()`` with new namespaces and sets the copy up) on a
-plain REPL-like process — **not yet the sandboxed REPL**: the time until a copy is set up and let go, its first
-call's round trip, and the PSS of the parent and its k copies against the parent alone.
+A second table measures the building block alone (``gym_llm/tools/sandbox/cowfork.py``) on a plain, unsandboxed
+REPL-like process: the time until a copy is set up and let go, its first call's round trip, and the PSS of the parent
+and its k copies against the parent alone.
 
 Run: ``python bench/fork.py [--k 8] [--workload fast,slow]``.
 """

@@ -183,8 +183,10 @@ class PythonSession:
     """One episode's REPL: started on the first call, restarted after a crash or timeout, ended on close.
 
     Attributes:
-        fork_exact: after :meth:`fork`, whether re-running the parent's calls in the sibling's REPL gave back what
-            they gave the parent (None until the sibling's first call rebuilt its state; True without a fork).
+        fork_exact: after :meth:`fork`, whether the sibling's REPL holds its parent's state exactly: True for a
+            copy-on-write fork (and without a fork); for a fork by re-execution, whether re-running the parent's calls
+            gave back what they gave the parent (None until the sibling's first call rebuilt its state).
+        forked_by: ``"copy"`` (copy-on-write) or ``"replay"`` (re-execution) for a session made by :meth:`fork`.
     """
 
     def __init__(self, tool: PythonTool):
@@ -205,8 +207,8 @@ class PythonSession:
 
     def fork(self) -> "PythonSession":
         """A sibling session whose REPL holds the same state — variables, imports, files in its scratch dir — and
-        diverges from here, in a sandbox of its own (as isolated from this one as two episodes are: another
-        process tree, pid/mount/IPC namespaces, uid, scratch tmpfs).
+        diverges from here, isolated from this one (its own pid, mount, IPC, network and UTS namespaces and scratch
+        tmpfs; docs/branching.md).
 
         How (``SandboxConfig.fork``): a **copy-on-write fork** of the live REPL process, made from outside by the
         host (:mod:`gym_llm.tools.sandbox.family`): milliseconds, the exact state (randomness and ``id()``s

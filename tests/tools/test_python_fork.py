@@ -5,6 +5,7 @@ unprivileged user in tests/tools/test_sandbox_unprivileged.py)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -250,7 +251,8 @@ class Header(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 libc.capget(ctypes.byref(Header(0x20080522, 0)), caps)
 calls = [libc.setresuid(0, 0, 0), libc.unshare(0x10000000), libc.mount(b"t", b"/scratch", b"tmpfs", 0, None),
-         libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)]  # clone into a new user namespace
+         libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0),  # clone into a new user namespace
+         libc.setpriority(2, os.getuid(), 19), libc.setpriority(0, 2, 19), libc.getsid(2), libc.getpgid(3)]
 print(os.getpid(), delivered, list(caps), calls, sorted(os.listdir('/proc')))
 """
 
@@ -261,7 +263,9 @@ def test_a_copy_is_confined_like_its_parent_and_reaches_no_relative(env):
     a, b = env.fork(2)
     for prober in (a, env):  # a copy, then the parent itself, try to reach every other process
         prober.step(_code(_REACH_OUT))
-        assert _out(prober) == "1 [] [0, 0, 0, 0, 0, 0] [-1, -1, -1, -1] []\n", _out(prober)
+        assert _out(prober) == "1 [] [0, 0, 0, 0, 0, 0] [-1, -1, -1, -1, -1, -1, -1, -1] []\n", _out(prober)
+    status = open(f"/proc/{_session(a)._channel.pid}/status").read()
+    assert "\nCapBnd:\t0000000000000000\n" in status and "\nNoNewPrivs:\t1\n" in status, status
     for e in (env, a, b):
         e.step(_code("print(kept)"))
         assert _out(e) == "parent state\n"
@@ -279,3 +283,66 @@ def test_descriptors_the_code_keeps_open_are_closed_in_a_copy(env):
     env.step(_code("f.write(' more'); f.close(); print(open('log.txt').read())"))
     assert _out(env) == "parent more\n"
     sibling.close()
+
+
+_SPIN_ON_A_GATED_CALL = r"""
+import sys, ctypes, mmap, struct, signal
+traps, results = [], []
+signal.signal(signal.SIGTRAP, lambda *a: traps.append(1))
+page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                 prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+header = ctypes.create_string_buffer(struct.pack("<Ii", 0x20080522, 0))
+data = ctypes.create_string_buffer(24)
+# machine code: capset(header, data) (empty sets) up to 6 million times while it fails with ENOSYS; returns the last rax
+page.write(b"\x49\xB9" + struct.pack("<Q", 6_000_000) + b"\xB8\x7E\x00\x00\x00" + b"\x48\xBF"
+           + struct.pack("<Q", ctypes.addressof(header)) + b"\x48\xBE" + struct.pack("<Q", ctypes.addressof(data))
+           + b"\x0F\x05" + b"\x48\x83\xF8\xDA" + b"\x75\x05" + b"\x49\xFF\xC9" + b"\x75\xDA" + b"\xC3")
+spin = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+def hook(frame, event, arg):  # runs in the REPL's serve loop, after the reply: while the host forks it
+    if event == "call" and frame.f_code.co_name == "recv_fds":
+        sys.setprofile(None)
+        results.extend(spin() for _ in range(3))
+sys.setprofile(hook)
+"""
+
+
+@cow
+def test_the_repls_own_gated_calls_fail_even_while_the_host_attaches_to_fork_it(env):
+    """Code left running between calls (a profiling hook) spins on a call only the host's tracer may make while the
+    host stops the REPL to fork it: the call must keep failing (ENOSYS), and no stray signal may reach the REPL."""
+    env.step(_code(_SPIN_ON_A_GATED_CALL))
+    for _ in range(4):
+        (sibling,) = env.fork()
+        assert _session(sibling).forked_by == "copy"
+        sibling.close()
+        env.step(_code("print(set(results), traps)\nresults.clear()\nsys.setprofile(hook)"))
+        assert _out(env) == "{-38} []\n", _out(env)
+
+
+@cow
+def test_closed_forks_are_reaped_and_a_parent_kept_for_its_forks_is_stopped():
+    env = _env(timeout_s=20, max_threads=8)  # RLIMIT_NPROC 8 on a root host: unreaped copies would use it up
+    try:
+        env.step(_code("import threading\nkept = 1"))
+        for _ in range(12):
+            (sibling,) = env.fork()
+            assert _session(sibling).forked_by == "copy"
+            sibling.close()
+        env.step(_code("t = threading.Thread(target=print)\nt.start()\nt.join()\nprint(kept)"))
+        assert _out(env) == "\n1\n"
+        (sibling,) = env.fork()
+        pid = _session(env)._channel.pidfd
+        with open(f"/proc/self/fdinfo/{pid}") as f:
+            parent = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+        env.close()  # kept for its fork, and stopped: code it left running can do nothing more
+        for _ in range(200):  # SIGSTOP takes effect when the process next runs
+            state = open(f"/proc/{parent}/stat").read().rsplit(")", 1)[1].split()[0]
+            if state == "T":
+                break
+            time.sleep(0.01)
+        assert state == "T", state
+        sibling.step(_code("print(kept + 1)"))
+        assert _out(sibling) == "2\n"
+        sibling.close()
+    finally:
+        env.close()

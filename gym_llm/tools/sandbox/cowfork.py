@@ -71,6 +71,9 @@ _SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
 _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 28, 38
 _SECURE_ALL = 0xEF  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock
 _KEYCTL_JOIN_SESSION_KEYRING = 1
+_PR_CAPBSET_DROP = 24
+_WNOHANG = 1
+_ERESTARTNOINTR = 513
 
 
 class CowForkError(TraceError):
@@ -85,6 +88,14 @@ def unsupported_reason() -> str | None:
     if release < (5, 6):
         return f"copy-on-write forks need Linux >= 5.6 (pidfd_getfd); this kernel is {platform.release()}"
     return None
+
+
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 40  # CAP_CHECKPOINT_RESTORE, the last one since Linux 5.9
 
 
 def _ids(pid: int) -> tuple[int, int]:
@@ -166,7 +177,7 @@ def _status(pid: int) -> dict[str, str]:
 def _verify(pid: int, parent: int, channel_fd: int, channel_inode: int, channel: socket.socket,
             ids: tuple[int, int], cwd: str | None) -> None:
     """The set-up, read from outside: only the channel (whose peer is the copy) and /dev/null, new namespaces, its
-    own session, the ids, no capability, the working directory asked for."""
+    own session, the ids, no capability (none in its bounding set either), the working directory asked for."""
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
     problems = []
     if fds != sorted({0, 1, 2, channel_fd}):
@@ -192,7 +203,7 @@ def _verify(pid: int, parent: int, channel_fd: int, channel_inode: int, channel:
         if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
             problems.append(f"working directory is not {cwd}")
     status = _status(pid)
-    for key in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+    for key in ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd"):
         if int(status.get(key, "1"), 16) != 0:
             problems.append(f"{key} {status.get(key)}")
     if status.get("NoNewPrivs", "0").strip() != "1":
@@ -238,7 +249,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
              write_id_maps: Callable[[int, str, str], None] | None = None, cwd: str | None = None,
              writable_paths: tuple[str, ...] = (), seccomp_filters: int | None = None,
              setup: Callable[[Tracee], None] | None = None, map_outer_ids: tuple[int, int] | None = None,
-             pidfd: bool = False) -> Forked:
+             pidfd: bool = False, reap: bool = False) -> Forked:
     """A copy-on-write copy of the running process ``pid`` (its main thread's state and all its memory), in
     namespaces of its own (:data:`NAMESPACES`), set up by the tracer before it runs.
 
@@ -257,7 +268,9 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     ``writable_paths``, ``seccomp_filters``: see :func:`hazards`. ``map_outer_ids``: the outer uid and gid as the map
     writer sees them (default ``uid``/``gid``; e.g. a writer inside a sandbox's user namespace sees other numbers
     than this process). ``pidfd``: also open a pidfd of the copy (``Forked.pidfd``; the caller closes it) while it is
-    still stopped, so it names the copy even after the copy ends and is reaped.
+    still stopped, so it names the copy even after the copy ends and is reaped. ``reap``: first reap, in the stopped
+    process, its children that have ended (``wait4(-1, WNOHANG)``: earlier copies, which are its children when it
+    cannot use ``CLONE_PARENT`` and never waits for them itself).
 
     Nothing the copy reports is taken on trust: before it is let go, its descriptors, channel, ids, session and
     capabilities are read from ``/proc`` (a process can answer an injected call itself, through a seccomp filter of its
@@ -308,12 +321,22 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         inner_uid, inner_gid = inner_ids if inner_ids is not None else seen_ids
         child = None
         try:
-            try:
-                parent.call("clone", flags, 0, 0, 0, 0)
-            except OSError as e:
-                raise CowForkError(f"clone in pid {pid} failed: {e}") from e
-            finally:
-                child = parent.forked
+            if reap:
+                for _ in range(4096):  # a bound: each call reaps one
+                    try:
+                        if parent.call("wait4", 0xFFFFFFFFFFFFFFFF, 0, _WNOHANG, 0) <= 0:
+                            break
+                    except OSError:  # ECHILD: none left
+                        break
+            for attempt in range(3):
+                try:
+                    parent.call("clone", flags, 0, 0, 0, 0)
+                    break
+                except OSError as e:  # ERESTARTNOINTR: a signal (held, sent again later) came first: once more
+                    if e.errno != _ERESTARTNOINTR or attempt == 2 or parent.forked is not None:
+                        raise CowForkError(f"clone in pid {pid} failed: {e}") from e
+                finally:
+                    child = parent.forked
             if child is None:
                 raise CowForkError(f"pid {pid} made no copy (the kernel reported no fork event)")
             parent.detach()
@@ -381,6 +404,8 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
             # grant nothing) and securebits locked (uid 0 in its namespace is not privileged on exec)
             tracee.call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             tracee.call("prctl", _PR_SET_SECUREBITS, _SECURE_ALL, 0, 0, 0)
+            for cap in range(_last_capability() + 1):  # a new user namespace starts with a full bounding set
+                tracee.call("prctl", _PR_CAPBSET_DROP, cap, 0, 0, 0)
             capabilities = struct.pack("<Ii", _LINUX_CAPABILITY_VERSION_3, 0) + b"\0" * 24  # header, 2 empty data sets
             tracee.poke(scratch, capabilities)
             tracee.call("capset", scratch, scratch + 8)

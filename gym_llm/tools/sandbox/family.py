@@ -70,7 +70,7 @@ def _fdinfo_pid(pidfd: int) -> int:
                 pid = int(line.split()[1])
                 if pid > 0:
                     return pid
-    raise ProcessLookupError("the REPL has ended")
+    raise ProcessLookupError("the process has ended and was reaped")
 
 
 def _sandbox_pid(pid: int) -> int:
@@ -116,60 +116,87 @@ class _FsIds:
             cowfork.libc.syscall(123, 0)
 
 
-def _copy_tree(src: int, dst: int, fsids: _FsIds, budget: list[int]) -> None:
-    """Copy the directory ``src`` (an fd) into ``dst`` (an fd): files, directories, symlinks (as links, never
-    followed), FIFOs; modes and times kept. Anything else (a socket file) refuses the fork."""
-    for entry in os.scandir(src):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise cowfork.CowForkError(f"the scratch dir holds more than {_MAX_COPY_ENTRIES} entries")
-        name = entry.name
-        st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        mode = stat.S_IMODE(st.st_mode)
-        if stat.S_ISDIR(st.st_mode):
-            src_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
-            try:
-                with fsids:
-                    os.mkdir(name, 0o700, dir_fd=dst)
-                    dst_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dst)
-                try:
-                    _copy_tree(src_fd, dst_fd, fsids, budget)
+_MAX_DEPTH = 64
+
+
+def _copy_tree(src_root: int, dst_root: int, fsids: _FsIds) -> None:
+    """Copy the directory ``src_root`` (an fd) into ``dst_root`` (an fd): files, directories, symlinks (as links, never
+    followed), FIFOs; modes and times kept. Depth-first with one open directory per level (at most :data:`_MAX_DEPTH`)
+    and at most :data:`_MAX_COPY_ENTRIES` entries; anything else (a socket file) refuses the fork."""
+    entries = 0
+    stack = [(src_root, dst_root, iter(os.scandir(src_root)), None)]  # (src dir, dst dir, entries, dir's stat)
+    try:
+        while stack:
+            src, dst, listing, st_dir = stack[-1]
+            entry = next(listing, None)
+            if entry is None:  # this directory is done: its own mode and times last (writing into it changed them)
+                stack.pop()
+                if st_dir is not None:
                     with fsids:
-                        os.chmod(dst_fd, mode)
-                        os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-                finally:
-                    os.close(dst_fd)
-            finally:
-                os.close(src_fd)
-        elif stat.S_ISREG(st.st_mode):
-            src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=src)
-            try:
+                        os.chmod(dst, stat.S_IMODE(st_dir.st_mode))
+                        os.utime(dst, ns=(st_dir.st_atime_ns, st_dir.st_mtime_ns))
+                    os.close(src)
+                    os.close(dst)
+                continue
+            entries += 1
+            if entries > _MAX_COPY_ENTRIES:
+                raise cowfork.CowForkError(f"the scratch dir holds more than {_MAX_COPY_ENTRIES} entries")
+            name = entry.name
+            st = os.stat(name, dir_fd=src, follow_symlinks=False)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) > _MAX_DEPTH:
+                    raise cowfork.CowForkError(f"the scratch dir nests deeper than {_MAX_DEPTH} directories")
+                src_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+                try:
+                    with fsids:
+                        os.mkdir(name, 0o700, dir_fd=dst)
+                        dst_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                         dir_fd=dst)
+                except BaseException:
+                    os.close(src_fd)
+                    raise
+                stack.append((src_fd, dst_fd, iter(os.scandir(src_fd)), st))
+            elif stat.S_ISREG(st.st_mode):
+                _copy_file(src, dst, name, st, fsids)
+            elif stat.S_ISLNK(st.st_mode):
+                target = os.readlink(name, dir_fd=src)
                 with fsids:
-                    dst_fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                                     dir_fd=dst)
-                    try:
-                        left, offset = os.fstat(src_fd).st_size, 0
-                        while left > 0:  # (copy_file_range fails across two tmpfs instances on some kernels)
-                            sent = os.sendfile(dst_fd, src_fd, offset, min(left, 1 << 24))
-                            if sent <= 0:
-                                break
-                            left, offset = left - sent, offset + sent
-                        os.chmod(dst_fd, mode)
-                        os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-                    finally:
-                        os.close(dst_fd)
+                    os.symlink(target, name, dir_fd=dst)
+            elif stat.S_ISFIFO(st.st_mode):
+                with fsids:
+                    os.mkfifo(name, mode, dir_fd=dst)
+            else:
+                raise cowfork.CowForkError(f"the scratch dir holds {name!r}, which is neither a file, a directory, "
+                                           "a symlink nor a FIFO")
+    finally:
+        for src, dst, _, st_dir in stack:
+            if st_dir is not None:
+                os.close(src)
+                os.close(dst)
+
+
+def _copy_file(src: int, dst: int, name: str, st: os.stat_result, fsids: _FsIds) -> None:
+    src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=src)
+    try:
+        if not stat.S_ISREG(os.fstat(src_fd).st_mode):
+            raise cowfork.CowForkError(f"{name!r} in the scratch dir changed while it was copied")
+        with fsids:
+            dst_fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=dst)
+            try:
+                left, offset = os.fstat(src_fd).st_size, 0
+                while left > 0:  # (copy_file_range fails across two tmpfs instances on some kernels)
+                    sent = os.sendfile(dst_fd, src_fd, offset, min(left, 1 << 24))
+                    if sent <= 0:
+                        break
+                    left, offset = left - sent, offset + sent
+                os.chmod(dst_fd, stat.S_IMODE(st.st_mode))
+                os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
-                os.close(src_fd)
-        elif stat.S_ISLNK(st.st_mode):
-            target = os.readlink(name, dir_fd=src)
-            with fsids:
-                os.symlink(target, name, dir_fd=dst)
-        elif stat.S_ISFIFO(st.st_mode):
-            with fsids:
-                os.mkfifo(name, mode, dir_fd=dst)
-        else:
-            raise cowfork.CowForkError(f"the scratch dir holds {name!r}, which is neither a file, a directory, a "
-                                       "symlink nor a FIFO")
+                os.close(dst_fd)
+    finally:
+        os.close(src_fd)
 
 
 def _copy_scratch(parent: int, child: int, uid: int, gid: int) -> None:
@@ -181,7 +208,7 @@ def _copy_scratch(parent: int, child: int, uid: int, gid: int) -> None:
         try:
             if os.fstat(src).st_dev == os.fstat(dst).st_dev:
                 raise cowfork.CowForkError("the copy's scratch dir is still its parent's")
-            _copy_tree(src, dst, _FsIds(uid, gid), [_MAX_COPY_ENTRIES])
+            _copy_tree(src, dst, _FsIds(uid, gid))
         finally:
             os.close(dst)
     finally:
@@ -276,6 +303,8 @@ class CopyChannel:
         end = time.monotonic() + wait_s
         while True:
             try:
+                if self.pidfd is None or _fdinfo_pid(self.pidfd) != self.pid:
+                    return None  # reaped (its pid may name another process now)
                 with open(f"/proc/{self.pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
@@ -384,7 +413,7 @@ def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
     forked = cowfork.cow_fork(pid, channel_fd=channel.channel_fd, channel_type=socket.SOCK_SEQPACKET,
                               inner_ids=inner, map_outer_ids=inner, reparent=False, write_id_maps=write_id_maps,
                               cwd=SCRATCH, writable_paths=(SCRATCH,), seccomp_filters=filters, setup=setup,
-                              pidfd=True)
+                              pidfd=True, reap=True)
     copy = CopyChannel(forked.channel, forked.pid, forked.pidfd, channel.channel_fd, sandbox.config, filters)
     return copy, time.perf_counter() - started
 
@@ -420,12 +449,13 @@ class Family:
 
     def retire(self, member: _Member, *, running: bool) -> None:
         """``member``'s session is done with it (closed, or restarting after a timeout or crash: ``running``, it may
-        still be executing code). Killed when no copy of it lives, else kept (stopped if ``running``) until then."""
+        still be executing code). Killed when no copy of it lives, else kept, stopped, until then (code the REPL left
+        running — e.g. a profiling hook that fires while it waits for the next call — must not outlive its session)."""
         with self.lock:
             if not member.live:
                 return
             member.live = False
-            if running and member.children:
+            if member.children:  # kept for its copies: stopped, so its code can do nothing more (e.g. end them)
                 self._signal(member, signal.SIGSTOP)
             self._prune(member)
 

@@ -23,7 +23,7 @@ import time
 __all__ = ["NR", "Regs", "Stuck", "TraceError", "Tracee", "Watchdog", "libc", "wait_stop"]
 
 # x86-64 syscall numbers (the ones injected here and by callers' set-up hooks)
-NR = {"mmap": 9, "munmap": 11, "dup2": 33, "socketpair": 53, "clone": 56, "chdir": 80, "setsid": 112,
+NR = {"mmap": 9, "munmap": 11, "dup2": 33, "socketpair": 53, "clone": 56, "wait4": 61, "chdir": 80, "setsid": 112,
       "setresuid": 117, "setresgid": 119, "capset": 126, "prctl": 157, "mount": 165, "keyctl": 250, "openat": 257,
       "close_range": 436}
 _PTRACE_PEEKDATA, _PTRACE_POKEDATA, _PTRACE_CONT, _PTRACE_DETACH = 2, 5, 7, 17
@@ -153,9 +153,12 @@ class Tracee:
         self.forked: int | None = None
         self.held_signals: list[int] = []  # signals that arrived while it was stopped: sent again after detach
         if not seized:
-            ptrace(_PTRACE_SEIZE, pid, 0, options)
+            # no options until it is stopped: with PTRACE_O_TRACESECCOMP set while it still runs, a call its filter
+            # gates (SECCOMP_RET_TRACE) would stop for this tracer instead of failing with ENOSYS
+            ptrace(_PTRACE_SEIZE, pid, 0, 0)
             try:
                 self._interrupt()
+                ptrace(_PTRACE_SETOPTIONS, pid, 0, options)
             except BaseException:
                 ptrace_quiet(_PTRACE_DETACH, pid)  # seized but not stopped (it ended, or is stuck): let go
                 raise
@@ -176,9 +179,18 @@ class Tracee:
             status = wait_stop(self.pid, self.watchdog)
             if status >> 16 == _EVENT_STOP:
                 return
-            # a signal on its way in: hold it (sent again after detach) and go on to the interrupt's stop
-            self.held_signals.append(os.WSTOPSIG(status))
+            if status >> 16 == _EVENT_SECCOMP:
+                self._refuse_gated_call()
+            elif status >> 16 == 0:  # a signal on its way in: hold it (sent again after detach)
+                self.held_signals.append(os.WSTOPSIG(status))
             ptrace(_PTRACE_CONT, self.pid, 0, 0)
+
+    def _refuse_gated_call(self) -> None:
+        """At a seccomp stop the tracee's *own* code caused (not an injected call): skip the call with ``ENOSYS``, as
+        the kernel answers a gated call when no tracer is there."""
+        regs = self.regs()
+        regs.orig_rax, regs.rax = 0xFFFFFFFFFFFFFFFF, (-38) & 0xFFFFFFFFFFFFFFFF
+        self._set_regs(regs)
 
     def regs(self) -> Regs:
         regs = Regs()
@@ -295,7 +307,9 @@ class Tracee:
             status = wait_stop(self.pid, self.watchdog)
             if status >> 16 == _EVENT_STOP:
                 break
-            if status >> 16 == 0:
+            if status >> 16 == _EVENT_SECCOMP:
+                self._refuse_gated_call()
+            elif status >> 16 == 0:
                 self.held_signals.append(os.WSTOPSIG(status))  # on its way in: queued again below
             ptrace(_PTRACE_CONT, self.pid, 0, 0)
         for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)

@@ -22,7 +22,10 @@ signal, making the process dumpable again or stacking a seccomp filter of its ow
   ``process_vm_*``, ``pidfd_*``, ``*xattr`` (state on files that could outlive an episode), SysV/POSIX IPC,
   ``memfd_create`` (memory outside ``RLIMIT_AS``), ``mount``/``unshare``/``setns``, ``keyctl``, ``bpf``,
   ``io_uring``, ``userfaultfd``, ``perf_event_open``, ``personality``, ``mlock`` and friends, ``set*id``, and
-  ``inotify``/``fanotify`` (per-user kernel counts shared with every sandbox).
+  ``inotify``/``fanotify`` (per-user kernel counts shared with every sandbox). ``clone`` into a new user namespace,
+  ``setresuid``/``setresgid``, ``setsid``, ``capset`` and ``mount`` are answered ``SECCOMP_RET_TRACE``
+  (:data:`TRACED`): ``ENOSYS`` for the REPL itself, possible only for the host's tracer while it makes a
+  copy-on-write fork of the REPL (:mod:`~gym_llm.tools.sandbox.family`).
 
 With ``allow_subprocess=True`` the REPL may ``fork``/``vfork``/``clone`` and ``execve`` (and wait for and signal its
 children): each episode then gets a sandbox of its own.
@@ -135,6 +138,11 @@ SIGNAL_SELF_ONLY: tuple[str, ...] = ("kill", "tgkill", "tkill", "rt_sigqueueinfo
 so ``tkill`` to a sibling thread is refused; Python signals threads only through ``pthread_kill`` (``tgkill``, whose
 first argument is the process's pid)."""
 
+SELF_ONLY: tuple[str, ...] = ("getpgid", "getsid", "getpriority", "setpriority", "sched_getaffinity",
+                              "sched_getparam", "sched_getscheduler", "get_robust_list")
+"""Allowed on the REPL itself only (pid 0 or its own; ``ENOSYS`` for any other): they name a process, and a REPL's
+copy-on-write forks are processes of its uid, in its pid namespace."""
+
 SELF_PID_PLACEHOLDER = 0x3EADBEEF
 """Stands for the REPL's pid in the compiled REPL filter (above any real pid: pid_max <= 2**22); the
 REPL replaces the ``k`` field of every BPF instruction that holds it."""
@@ -211,11 +219,20 @@ def repl_filter(allow_subprocess: bool = False, self_pid: int = SELF_PID_PLACEHO
     """
     sc = _pyseccomp()
     program = sc.SyscallFilter(sc.ERRNO(errno.ENOSYS))
-    narrowed = {"clone", "prlimit64", "socketpair", "ioctl", "prctl", "setsockopt", *SIGNAL_SELF_ONLY}
+    narrowed = {"clone", "prlimit64", "socketpair", "ioctl", "prctl", "setsockopt", *SIGNAL_SELF_ONLY, *SELF_ONLY}
     allowed = [*REPL_ALLOW, *(REPL_SUBPROCESS if allow_subprocess else ())]
     for name in allowed:
-        if _known(sc, name) and (name not in narrowed or allow_subprocess and name in ("clone", *SIGNAL_SELF_ONLY)):
+        if _known(sc, name) and (name not in narrowed or allow_subprocess and name in ("clone", *SIGNAL_SELF_ONLY,
+                                                                                       *SELF_ONLY)):
             program.add_rule(sc.ALLOW, name)
+    if not allow_subprocess:  # calls that name another process: only itself (0 or its own pid); copies of the REPL
+        for name in SELF_ONLY:  # (forks) are its children and of its uid
+            if name in ("getpriority", "setpriority"):  # (which, who): PRIO_PROCESS only (PRIO_USER: every process
+                for who in {0, self_pid}:               # of its uid)
+                    program.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, 0), sc.Arg(1, sc.EQ, who))
+            elif _known(sc, name):
+                for pid in {0, self_pid}:
+                    program.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, pid))
     if not allow_subprocess:
         program.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
         program.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD | _CLONE_NEWUSER, 0))

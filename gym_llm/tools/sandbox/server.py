@@ -1,7 +1,8 @@
 """The program that runs inside a sandbox: a zygote, and per episode a relay and a REPL that is alone.
 
-Not imported by gym_llm: :mod:`gym_llm.tools.sandbox.process` reads this file's source and runs it as
-``python -I -S -B -c <source> <config json>`` inside bubblewrap. Standard library only.
+:mod:`gym_llm.tools.sandbox.process` reads this file's source and runs it as ``python -I -S -B -c <source> <config
+json>`` inside bubblewrap. Standard library only. The host imports it only for the relay's reply checks, which it
+applies itself to the copy-on-write copies of a REPL it talks to directly (:mod:`gym_llm.tools.sandbox.family`).
 
 Process tree of one sandbox (``isolation="bwrap"``; pids as each process sees them)::
 
@@ -10,6 +11,8 @@ Process tree of one sandbox (``isolation="bwrap"``; pids as each process sees th
                             │    └─ REPL: pid 1 of its OWN pid namespace, own mount and IPC namespaces,
                             │       a fresh tmpfs scratch dir, no /proc, a dedicated uid, no capabilities,
                             │       rlimits, the REPL seccomp allow-list -- runs the user code
+                            │         └─ its copy-on-write copies (made by the host's tracer, served by the host:
+                            │            each pid 1 of a pid namespace of its own, see family.py)
                             └─ spare relay + REPL (pre-forked for the next episode)
 
 * **The REPL is alone.** It cannot see the zygote, the relays or bubblewrap's init (they are outside its pid

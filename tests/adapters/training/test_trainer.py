@@ -49,7 +49,9 @@ def test_sft_warm_start_then_grpo_learns_and_leaves_a_loadable_run(tmp_path):
     for r in grpo:
         assert all(r[f"time/{p}_s"] >= 0 for p in phases)
         parts = sum(r[f"time/{p}_s"] for p in phases)
-        assert 0.9 * r["train/step_s"] <= parts <= r["train/step_s"], (parts, r)
+        # the phases cover the step: the rest (bookkeeping) is small — 10%, or 50 ms on a loaded machine, where a
+        # tiny model's 90 ms step once left 9 ms to it
+        assert parts <= r["train/step_s"] and r["train/step_s"] - parts < max(0.1 * r["train/step_s"], 0.05), (parts, r)
         assert r["time/rollout_generate_s"] + r["time/rollout_env_s"] <= r["time/rollout_s"]
         assert r["time/rollout_generate_s"] > 0 and r["time/policy_s"] > 0
     assert set(result.step_time) == {*phases, "rollout_generate", "rollout_env"}
