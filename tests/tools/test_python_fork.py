@@ -293,8 +293,8 @@ page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                  prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
 header = ctypes.create_string_buffer(struct.pack("<Ii", 0x20080522, 0))
 data = ctypes.create_string_buffer(24)
-# machine code: capset(header, data) (empty sets) up to 6 million times while it fails with ENOSYS; returns the last rax
-page.write(b"\x49\xB9" + struct.pack("<Q", 6_000_000) + b"\xB8\x7E\x00\x00\x00" + b"\x48\xBF"
+# machine code: capset(header, data) (empty sets) up to 2 million times while it fails with ENOSYS; returns the last rax
+page.write(b"\x49\xB9" + struct.pack("<Q", 2_000_000) + b"\xB8\x7E\x00\x00\x00" + b"\x48\xBF"
            + struct.pack("<Q", ctypes.addressof(header)) + b"\x48\xBE" + struct.pack("<Q", ctypes.addressof(data))
            + b"\x0F\x05" + b"\x48\x83\xF8\xDA" + b"\x75\x05" + b"\x49\xFF\xC9" + b"\x75\xDA" + b"\xC3")
 spin = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))

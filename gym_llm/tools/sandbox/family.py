@@ -27,7 +27,6 @@ import os
 import select
 import signal
 import socket
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 SCRATCH = "/scratch"
 _MS_NOSUID, _MS_NODEV = 2, 4
-_MAX_COPY_ENTRIES = 20_000
 
 
 def cow_unsupported(config, channel) -> str | None:
@@ -98,109 +96,10 @@ def _status_ids(pid: int) -> tuple[int, int]:
     return uid, gid
 
 
-class _FsIds:
-    """This thread's filesystem uid/gid set to the REPL's while it writes into the copy's scratch dir (a root host:
-    files made there must be owned by an id the copy's user namespace maps). Per thread (``setfsuid``)."""
-
-    def __init__(self, uid: int, gid: int):
-        self.ids = (uid, gid) if os.geteuid() == 0 else None
-
-    def __enter__(self):
-        if self.ids is not None:
-            cowfork.libc.syscall(123, self.ids[1])  # setfsgid
-            cowfork.libc.syscall(122, self.ids[0])  # setfsuid
-
-    def __exit__(self, *exc):
-        if self.ids is not None:
-            cowfork.libc.syscall(122, 0)
-            cowfork.libc.syscall(123, 0)
-
-
-_MAX_DEPTH = 64
-
-
-def _copy_tree(src_root: int, dst_root: int, fsids: _FsIds) -> None:
-    """Copy the directory ``src_root`` (an fd) into ``dst_root`` (an fd): files, directories, symlinks (as links, never
-    followed), FIFOs; modes and times kept. Depth-first with one open directory per level (at most :data:`_MAX_DEPTH`)
-    and at most :data:`_MAX_COPY_ENTRIES` entries; anything else (a socket file) refuses the fork."""
-    entries = 0
-    stack = [(src_root, dst_root, iter(os.scandir(src_root)), None)]  # (src dir, dst dir, entries, dir's stat)
-    try:
-        while stack:
-            src, dst, listing, st_dir = stack[-1]
-            entry = next(listing, None)
-            if entry is None:  # this directory is done: its own mode and times last (writing into it changed them)
-                stack.pop()
-                if st_dir is not None:
-                    with fsids:
-                        os.chmod(dst, stat.S_IMODE(st_dir.st_mode))
-                        os.utime(dst, ns=(st_dir.st_atime_ns, st_dir.st_mtime_ns))
-                    os.close(src)
-                    os.close(dst)
-                continue
-            entries += 1
-            if entries > _MAX_COPY_ENTRIES:
-                raise cowfork.CowForkError(f"the scratch dir holds more than {_MAX_COPY_ENTRIES} entries")
-            name = entry.name
-            st = os.stat(name, dir_fd=src, follow_symlinks=False)
-            mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISDIR(st.st_mode):
-                if len(stack) > _MAX_DEPTH:
-                    raise cowfork.CowForkError(f"the scratch dir nests deeper than {_MAX_DEPTH} directories")
-                src_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
-                try:
-                    with fsids:
-                        os.mkdir(name, 0o700, dir_fd=dst)
-                        dst_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                         dir_fd=dst)
-                except BaseException:
-                    os.close(src_fd)
-                    raise
-                stack.append((src_fd, dst_fd, iter(os.scandir(src_fd)), st))
-            elif stat.S_ISREG(st.st_mode):
-                _copy_file(src, dst, name, st, fsids)
-            elif stat.S_ISLNK(st.st_mode):
-                target = os.readlink(name, dir_fd=src)
-                with fsids:
-                    os.symlink(target, name, dir_fd=dst)
-            elif stat.S_ISFIFO(st.st_mode):
-                with fsids:
-                    os.mkfifo(name, mode, dir_fd=dst)
-            else:
-                raise cowfork.CowForkError(f"the scratch dir holds {name!r}, which is neither a file, a directory, "
-                                           "a symlink nor a FIFO")
-    finally:
-        for src, dst, _, st_dir in stack:
-            if st_dir is not None:
-                os.close(src)
-                os.close(dst)
-
-
-def _copy_file(src: int, dst: int, name: str, st: os.stat_result, fsids: _FsIds) -> None:
-    src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=src)
-    try:
-        if not stat.S_ISREG(os.fstat(src_fd).st_mode):
-            raise cowfork.CowForkError(f"{name!r} in the scratch dir changed while it was copied")
-        with fsids:
-            dst_fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                             dir_fd=dst)
-            try:
-                left, offset = os.fstat(src_fd).st_size, 0
-                while left > 0:  # (copy_file_range fails across two tmpfs instances on some kernels)
-                    sent = os.sendfile(dst_fd, src_fd, offset, min(left, 1 << 24))
-                    if sent <= 0:
-                        break
-                    left, offset = left - sent, offset + sent
-                os.chmod(dst_fd, stat.S_IMODE(st.st_mode))
-                os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-            finally:
-                os.close(dst_fd)
-    finally:
-        os.close(src_fd)
-
-
-def _copy_scratch(parent: int, child: int, uid: int, gid: int) -> None:
-    """The parent's scratch files into the copy's fresh scratch tmpfs, through each process's own root."""
+def _copy_scratch(sandbox: "Sandbox", parent: int, child: int, ids: tuple[int, int]) -> None:
+    """The parent's scratch files into the copy's fresh scratch tmpfs. This process opens each scratch dir through
+    the process's own root (it may: it is their tracer); the zygote copies (``Sandbox.copy_tree``), as the REPL's ids
+    and in the sandbox's memory cgroup, which is charged for the copied files."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     src = os.open(f"/proc/{parent}/root{SCRATCH}", flags)
     try:
@@ -208,7 +107,10 @@ def _copy_scratch(parent: int, child: int, uid: int, gid: int) -> None:
         try:
             if os.fstat(src).st_dev == os.fstat(dst).st_dev:
                 raise cowfork.CowForkError("the copy's scratch dir is still its parent's")
-            _copy_tree(src, dst, _FsIds(uid, gid))
+            try:
+                sandbox.copy_tree(src, dst, *ids)
+            except Exception as e:  # SandboxError: say it as the fork's error
+                raise cowfork.CowForkError(f"copying the scratch dir failed: {e}") from e
         finally:
             os.close(dst)
     finally:
@@ -408,7 +310,7 @@ def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
 
     def setup(tracee: Tracee) -> None:
         _mount_scratch(tracee, sandbox.config, inner[0])
-        _copy_scratch(pid, tracee.pid, uid, gid)
+        _copy_scratch(sandbox, pid, tracee.pid, inner)
 
     forked = cowfork.cow_fork(pid, channel_fd=channel.channel_fd, channel_type=socket.SOCK_SEQPACKET,
                               inner_ids=inner, map_outer_ids=inner, reparent=False, write_id_maps=write_id_maps,

@@ -494,6 +494,13 @@ class Sandbox:
             raise SandboxError("the sandbox's zygote closed its control socket")
         return reply
 
+    def copy_tree(self, src_fd: int, dst_fd: int, uid: int, gid: int) -> None:
+        """Have the zygote copy the directory ``src_fd`` into ``dst_fd`` (a REPL's scratch dir into its copy's) as
+        ``uid``/``gid`` (the REPL's, as the sandbox sees them); raises :class:`SandboxError` with the reason."""
+        reply = self._request({"op": "copy_tree", "uid": uid, "gid": gid}, [src_fd, dst_fd])
+        if reply.get("op") != "copied":
+            raise SandboxError(reply.get("message", str(reply)))
+
     def write_id_maps(self, pid: int, uid_map: str, gid_map: str, userns_fd: int | None = None) -> None:
         """Have the zygote write the id maps of ``pid`` (a pid as the sandbox sees it: a REPL's copy in a user
         namespace of its own, whose maps only a process in the parent namespace may write: the zygote's own, or for a

@@ -34,6 +34,8 @@ Zygote protocol (host <-> zygote over an ``AF_UNIX`` SOCK_SEQPACKET socket, fd `
 * ``{"op": "spawn"}`` + two fds (request pipe read end, reply pipe write end): hand them to the spare relay;
   answer ``{"op": "spawned", "pid": relay_pid, "uid": repl_uid, "channel_fd": fd}`` + a pidfd of the REPL (the
   host's handle for a copy-on-write fork; ``channel_fd``: the REPL's end of its relay socket).
+* ``{"op": "copy_tree", "uid": uid, "gid": gid}`` + two directory fds: copy a REPL's scratch dir into its copy's
+  (:meth:`Zygote.copy_tree`); answer ``{"op": "copied"}`` or ``{"op": "error", "message": ...}``.
 * ``{"op": "idmap", "pid": pid, "uid_map": text, "gid_map": text}`` (+ for a copy of a copy, an fd of its parent
   copy's user namespace): write the id maps of ``pid`` (a copy of a REPL, in a new user namespace the REPL made: the
   kernel takes its maps only from a process in the parent namespace, with ``CAP_SETUID`` there); answer ``{"op": "idmapped"}`` or ``{"op": "error", "message": ...}``.
@@ -64,7 +66,9 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 <<
 MAX_REQUEST_BYTES = 1 << 24
 WIPE_ENTRY_LIMIT = 20_000  # unsandboxed mode: a scratch dir with more entries is not worth wiping
 EXIT_SETUP_FAILED = 97  # the REPL could not confine itself: it never runs user code
-EXIT_LOOP_FAILED = 98  # the REPL's own loop failed between calls (e.g. no memory left to receive the next one)
+EXIT_LOOP_FAILED = 98
+COPY_MAX_DEPTH = 64  # a copy-on-write fork's scratch copy: directory levels and entries (more: the fork falls back)
+COPY_MAX_ENTRIES = 20_000  # the REPL's own loop failed between calls (e.g. no memory left to receive the next one)
 
 
 def read_exact(fd, n):
@@ -401,6 +405,95 @@ class Zygote:
         self.relay, self.repl = pid, repl
         return {"op": "spawned", "pid": pid, "uid": uid, "clean": clean, "channel_fd": channel_fd}
 
+    def copy_tree(self, src_root, dst_root, uid, gid):
+        """Copy the directory ``src_root`` into ``dst_root`` (fds the host opened: a REPL's scratch dir and its
+        copy-on-write copy's fresh one; both are closed here) as ``uid``/``gid`` (the REPL's: files made in the copy's
+        tmpfs must be owned by an id its user namespace maps; and the zygote reads no more than the REPL could).
+        Files, directories, symlinks (as links: never followed), FIFOs; modes and times kept; at most
+        ``COPY_MAX_DEPTH`` levels and ``COPY_MAX_ENTRIES`` entries. Done here, in the sandbox's memory cgroup, which
+        is then charged for the copied files."""
+        import stat
+
+        setfsuid, setfsgid = self.libc.lib.setfsuid, self.libc.lib.setfsgid
+        stack = [(src_root, dst_root, iter(()), None)]  # closed below whatever happens
+        try:
+            if not isinstance(uid, int) or not isinstance(gid, int):
+                raise ValueError(f"uid and gid must be ints, got {uid!r}, {gid!r}")
+            setfsgid(gid)
+            setfsuid(uid)
+            stack[0] = (src_root, dst_root, os.scandir(src_root), None)
+            entries = 0
+            while stack:
+                src, dst, listing, st_dir = stack[-1]
+                entry = next(listing, None)
+                if entry is None:  # done: the directory's own mode and times last (writing into it changed them)
+                    stack.pop()
+                    getattr(listing, "close", lambda: None)()
+                    if st_dir is not None:
+                        os.chmod(dst, stat.S_IMODE(st_dir.st_mode))
+                        os.utime(dst, ns=(st_dir.st_atime_ns, st_dir.st_mtime_ns))
+                    os.close(src)
+                    os.close(dst)
+                    continue
+                entries += 1
+                if entries > COPY_MAX_ENTRIES:
+                    raise OSError(f"the scratch dir holds more than {COPY_MAX_ENTRIES} entries")
+                name = entry.name
+                st = os.stat(name, dir_fd=src, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    if len(stack) > COPY_MAX_DEPTH:
+                        raise OSError(f"the scratch dir nests deeper than {COPY_MAX_DEPTH} directories")
+                    src_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=dst)
+                        dst_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dst)
+                    except BaseException:
+                        os.close(src_fd)
+                        raise
+                    stack.append((src_fd, dst_fd, os.scandir(src_fd), st))
+                elif stat.S_ISREG(st.st_mode):
+                    self.copy_file(src, dst, name, st)
+                elif stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+                elif stat.S_ISFIFO(st.st_mode):
+                    os.mkfifo(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+                else:
+                    raise OSError(f"the scratch dir holds {name!r}, neither a file, a directory, a symlink nor a FIFO")
+        except (OSError, ValueError, RecursionError) as exc:
+            return {"op": "error", "message": f"{type(exc).__name__}: {exc}"}
+        finally:
+            for src, dst, listing, _ in stack:
+                getattr(listing, "close", lambda: None)()
+                for fd in {src, dst}:
+                    os.close(fd)
+            setfsuid(0)
+            setfsgid(0)
+        return {"op": "copied"}
+
+    @staticmethod
+    def copy_file(src, dst, name, st):
+        import stat
+
+        src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=src)
+        try:
+            if not stat.S_ISREG(os.fstat(src_fd).st_mode):
+                raise OSError(f"{name!r} in the scratch dir changed while it was copied")
+            dst_fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=dst)
+            try:
+                left, offset = os.fstat(src_fd).st_size, 0
+                while left > 0:  # (copy_file_range fails across two tmpfs instances on some kernels)
+                    sent = os.sendfile(dst_fd, src_fd, offset, min(left, 1 << 24))
+                    if sent <= 0:
+                        break
+                    left, offset = left - sent, offset + sent
+                os.chmod(dst_fd, stat.S_IMODE(st.st_mode))
+                os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+            finally:
+                os.close(dst_fd)
+        finally:
+            os.close(src_fd)
+
     def write_id_maps(self, pid, uid_map, gid_map, userns=None):
         """Write ``pid``'s id maps. ``userns``: an fd of the user namespace that is the parent of ``pid``'s (a copy of
         a copy; the host opened it: the zygote has no ptrace rights): the kernel takes the maps only from a process in
@@ -453,6 +546,8 @@ class Zygote:
                         send = [os.pidfd_open(self.repl)]
                     except OSError:
                         pass  # no pidfds here (kernel < 5.3): the REPL cannot be forked copy-on-write
+            elif op == "copy_tree" and len(fds) == 2:
+                reply = self.copy_tree(fds[0], fds[1], request.get("uid"), request.get("gid"))
             elif op == "idmap" and len(fds) <= 1:
                 reply = self.write_id_maps(request.get("pid"), request.get("uid_map"), request.get("gid_map"),
                                            fds[0] if fds else None)
