@@ -41,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gym_llm.tools.sandbox.ptrace import (
-    NR,
     O_EXITKILL,
     O_TRACEFORK,
     O_TRACESECCOMP,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from gym_llm.tools.sandbox import cowfork
 from gym_llm.tools.sandbox import server as inside
-from gym_llm.tools.sandbox.ptrace import NR, Tracee
+from gym_llm.tools.sandbox.ptrace import Tracee
 
 if TYPE_CHECKING:
     from gym_llm.tools.sandbox.process import ReplChannel, ReplReply, Sandbox
@@ -82,20 +82,6 @@ def _sandbox_pid(pid: int) -> int:
     raise cowfork.CowForkError(f"pid {pid} is not in a sandbox's pid namespace")
 
 
-def _status_ids(pid: int) -> tuple[int, int]:
-    """(effective uid, effective gid) of ``pid`` as this process sees them."""
-    uid = gid = None
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Uid:"):
-                uid = int(line.split()[2])
-            elif line.startswith("Gid:"):
-                gid = int(line.split()[2])
-    if uid is None or gid is None:
-        raise cowfork.CowForkError(f"cannot read the ids of pid {pid}")
-    return uid, gid
-
-
 def _copy_scratch(sandbox: "Sandbox", parent: int, child: int, ids: tuple[int, int]) -> None:
     """The parent's scratch files into the copy's fresh scratch tmpfs. This process opens each scratch dir through
     the process's own root (it may: it is their tracer); the zygote copies (``Sandbox.copy_tree``), as the REPL's ids
@@ -121,15 +107,12 @@ def _mount_scratch(tracee: Tracee, config, uid: int) -> None:
     """Inject, in the stopped copy: mount a fresh tmpfs over the scratch dir (the one it inherited is its parent's),
     with the REPL's size and inode caps, owned by its uid."""
     page = tracee.call("mmap", 0, 4096, 3, 0x22, 0xFFFFFFFFFFFFFFFF, 0)
-    options = (f"size={config.scratch_size_mb << 20},nr_inodes={config.max_files},mode=0700,uid={uid},gid={uid}")
+    options = f"size={config.scratch_size_mb << 20},nr_inodes={config.max_files},mode=0700,uid={uid},gid={uid}"
     tracee.poke(page, b"tmpfs\0")
     tracee.poke(page + 64, SCRATCH.encode() + b"\0")
     tracee.poke(page + 128, options.encode() + b"\0")
     tracee.call("mount", page, page + 64, page, _MS_NOSUID | _MS_NODEV, page + 128)
     tracee.call("munmap", page, 4096)
-
-
-assert "mount" in NR
 
 
 class CopyChannel:
@@ -177,7 +160,8 @@ class CopyChannel:
                 os.close(request_write)
                 request_write = -1
             try:
-                raw = _read_frame(read_end, self.reply_limit, deadline)
+                os.set_blocking(read_end, False)
+                raw = inside.read_frame(read_end, self.reply_limit, deadline)
             except TimeoutError:
                 return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
             tampered = raw is not None and not inside.Zygote.closed_after(read_end, min(1.0, max(0.0, deadline - time.perf_counter())))
@@ -248,31 +232,6 @@ def _write_all(fd: int, data: bytes, deadline: float) -> None:
             view = view[os.write(fd, view):]
 
 
-def _read_exact(fd: int, n: int, deadline: float) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            raise TimeoutError
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if not readable:
-            continue
-        chunk = os.read(fd, n - got)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_frame(fd: int, limit: int, deadline: float) -> bytes | None:
-    header = _read_exact(fd, 4, deadline)
-    if header is None:
-        return None
-    size = int.from_bytes(header, "big")
-    return _read_exact(fd, size, deadline) if size <= limit else None
-
-
 def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
     """A copy-on-write copy of ``channel``'s REPL (a zygote's :class:`ReplChannel` or a :class:`CopyChannel`), idle
     between calls, in ``sandbox``. Returns its channel and how long the fork took (s).
@@ -290,7 +249,7 @@ def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
         raise cowfork.CowForkError("how many seccomp filters confine the REPL was not read when it started")
     try:
         pid = _fdinfo_pid(channel.pidfd)
-        uid, gid = _status_ids(pid)
+        uid, gid = cowfork._ids(pid)
     except (OSError, ValueError) as e:
         raise cowfork.CowForkError(f"cannot find the REPL to fork: {e}") from e
     root_host = os.geteuid() == 0

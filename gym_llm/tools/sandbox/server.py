@@ -66,14 +66,25 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 <<
 MAX_REQUEST_BYTES = 1 << 24
 WIPE_ENTRY_LIMIT = 20_000  # unsandboxed mode: a scratch dir with more entries is not worth wiping
 EXIT_SETUP_FAILED = 97  # the REPL could not confine itself: it never runs user code
-EXIT_LOOP_FAILED = 98
+EXIT_LOOP_FAILED = 98  # the REPL's own loop failed between calls (e.g. no memory left to receive the next one)
 COPY_MAX_DEPTH = 64  # a copy-on-write fork's scratch copy: directory levels and entries (more: the fork falls back)
-COPY_MAX_ENTRIES = 20_000  # the REPL's own loop failed between calls (e.g. no memory left to receive the next one)
+COPY_MAX_ENTRIES = 20_000
 
 
-def read_exact(fd, n):
+def read_exact(fd, n, deadline=None):
+    """``n`` bytes from ``fd``, or None at end of file. ``deadline`` (``time.perf_counter()``; a non-blocking fd):
+    ``TimeoutError`` past it."""
     chunks, got = [], 0
     while got < n:
+        if deadline is not None:
+            import select
+            import time
+
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise TimeoutError
+            if not select.select([fd], [], [], remaining)[0]:
+                continue
         chunk = os.read(fd, n - got)
         if not chunk:
             return None
@@ -89,13 +100,13 @@ def write_frame(fd, payload):
         view = view[os.write(fd, view):]
 
 
-def read_frame(fd, limit):
-    """One length-prefixed frame, or None (EOF or a frame over ``limit`` bytes)."""
-    header = read_exact(fd, 4)
+def read_frame(fd, limit, deadline=None):
+    """One length-prefixed frame, or None (EOF or a frame over ``limit`` bytes); ``deadline``: see :func:`read_exact`."""
+    header = read_exact(fd, 4, deadline)
     if header is None:
         return None
     size = int.from_bytes(header, "big")
-    return read_exact(fd, size) if size <= limit else None
+    return read_exact(fd, size, deadline) if size <= limit else None
 
 
 class Libc:
