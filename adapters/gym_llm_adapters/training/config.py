@@ -7,6 +7,7 @@ users build it directly. Cross-field checks live in ``__post_init__``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -229,7 +230,23 @@ class TrainConfig:
         return self.sft_warmup_steps + self.steps
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-able dict of the settings (saved with every checkpoint)."""
-        out = dataclasses.asdict(self)
+        """A JSON-able dict of the settings (saved with every checkpoint): a value JSON cannot hold (a ``reward_fn``
+        in ``env_kwargs``, a tokenizer object) is written as ``{"python": "module:qualname"}`` for a function or class,
+        else as its ``repr`` — a record of what ran, not something to rebuild the run from."""
+        out = _jsonable(dataclasses.asdict(self))
         out["out_dir"] = str(self.out_dir)
         return out
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if callable(value) and hasattr(value, "__qualname__"):
+        return {"python": f"{getattr(value, '__module__', '?')}:{value.__qualname__}"}
+    return repr(value)

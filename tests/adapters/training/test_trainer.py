@@ -153,3 +153,18 @@ def test_sft_on_selected_rollouts(tmp_path, tiny_tok):
     assert result.evals[-1][1].reward_mean > result.evals[0][1].reward_mean
     with pytest.raises(ValueError, match="no trajectory .* passes the selection"):
         rollout_trajectories(path, min_reward=2.0)
+
+
+def _a_reward(task, messages):
+    return 0.0
+
+
+def test_settings_with_a_function_or_object_still_save(tmp_path):
+    """env_kwargs may hold what gym.make takes but JSON cannot (a reward_fn, a tokenizer): the settings saved with
+    each checkpoint name it (a function by its import path) instead of failing at the first save."""
+    cfg = TrainConfig(algorithm="grpo", env_id="LLMChat-v0", model="tiny", out_dir=tmp_path,
+                      env_kwargs={"prompts": ["x"], "reward_fn": _a_reward, "extra": {"obj": object()}})
+    saved = json.loads(json.dumps(cfg.to_json()))
+    assert saved["env_kwargs"]["reward_fn"] == {"python": f"{__name__}:_a_reward"}
+    assert saved["env_kwargs"]["extra"]["obj"].startswith("<object object at")
+    assert saved["env_kwargs"]["prompts"] == ["x"] and saved["out_dir"] == str(tmp_path)
