@@ -29,7 +29,7 @@ from typing import Any, Literal
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/_common.py, when run as a script
 
 from _common import parse_flags  # noqa: E402
-from tree_search import model_dir, quiz_reward  # noqa: E402
+from tree_search import model_dir, quiz_reward, sum_quiz  # noqa: E402
 
 
 @dataclass
@@ -71,23 +71,6 @@ PRESETS = {"tiny": {"model": "tiny", "steps": 2, "turns": 2, "num_tasks": 2, "gr
                     "out": "runs/tree_grpo_tiny"}}
 
 
-def quizzes(count: int, turns: int, split: str, seed: int) -> list[dict[str, Any]]:
-    """``count`` quiz records for ``LLMChat-v0`` (``prompt``, ``follow_ups``, ``answers``) with operands from
-    ``split`` (``"train"`` or ``"test"``) of :func:`gym_llm.envs.gsm8k.arithmetic_pairs` (99)."""
-    import numpy as np
-
-    from gym_llm.envs.gsm8k import DEFAULT_GSM8K_PROMPT, arithmetic_pairs
-
-    pairs = arithmetic_pairs(99, split)
-    rng = np.random.default_rng([seed, 0x7EE, split == "train"])
-    out = []
-    for _ in range(count):
-        chosen = [pairs[i] for i in rng.integers(0, len(pairs), size=turns)]
-        questions = [DEFAULT_GSM8K_PROMPT.format(question=f"What is {a} + {b}?") for a, b in chosen]
-        out.append({"prompt": questions[0], "follow_ups": questions[1:], "answers": [a + b for a, b in chosen]})
-    return out
-
-
 def main(args: Args) -> dict[str, Any]:
     from gym_llm_adapters.rollout_io import read_rollouts
     from gym_llm_adapters.training import TrainConfig, Trainer
@@ -99,9 +82,9 @@ def main(args: Args) -> dict[str, Any]:
         group_size=args.group_size, branch_turn=args.branch_turn, learning_rate=args.learning_rate, beta=args.beta,
         max_new_tokens=args.max_new_tokens, max_seq_len=max_seq_len, eval_every=0,
         eval_episodes=args.eval_quizzes, save_every=max(args.steps, 1), progress=False,
-        env_kwargs={"prompts": quizzes(args.train_quizzes, args.turns, "train", args.seed), "max_turns": args.turns,
+        env_kwargs={"prompts": sum_quiz(args.train_quizzes, args.turns, args.seed, "train"), "max_turns": args.turns,
                     "reward_fn": quiz_reward},
-        eval_env_kwargs={"prompts": quizzes(args.eval_quizzes, args.turns, "test", args.seed)})
+        eval_env_kwargs={"prompts": sum_quiz(args.eval_quizzes, args.turns, args.seed)})
     with Trainer(cfg) as trainer:
         result = trainer.run()
     first, last = result.evals[0], result.evals[-1]

@@ -73,13 +73,14 @@ PRESETS = {"tiny": {"model": "tiny", "problems": 4, "turns": 2, "k": 2, "engine"
                     "out": "runs/tree_search_tiny.json"}}
 
 
-def sum_quiz(problems: int, turns: int, seed: int) -> list[dict[str, Any]]:
+def sum_quiz(problems: int, turns: int, seed: int, split: str = "test") -> list[dict[str, Any]]:
     """``problems`` quiz records for ``LLMChat-v0``: ``prompt`` (the first question), ``follow_ups`` (the others),
-    ``answers`` (each question's sum). Operands from the held-out part of :func:`arithmetic_pairs` (99)."""
+    ``answers`` (each question's sum). Operands from the held-out part of :func:`arithmetic_pairs` (99), or with
+    ``split="train"`` from the part the README's main job trains on (examples/tree_grpo.py trains on those)."""
     from gym_llm.envs.gsm8k import DEFAULT_GSM8K_PROMPT, arithmetic_pairs
 
-    pairs = arithmetic_pairs(99, "test")
-    rng = np.random.default_rng([seed, 0x7EE])
+    pairs = arithmetic_pairs(99, split)
+    rng = np.random.default_rng([seed, 0x7EE] + ([1] if split == "train" else []))
     quizzes = []
     for _ in range(problems):
         chosen = [pairs[i] for i in rng.integers(0, len(pairs), size=turns)]
