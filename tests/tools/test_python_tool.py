@@ -59,8 +59,11 @@ def test_errors_come_back_as_tracebacks_of_the_cell(session):
 
 
 def _descendants(pid: int) -> list[int]:
-    children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
-                for c in (t / "children").read_text().split()]
+    try:
+        children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]
+    except FileNotFoundError:  # it ended while the tree was walked
+        return []
     return children + [d for c in children for d in _descendants(c)]
 
 
@@ -132,8 +135,9 @@ def test_sandboxes_die_with_the_host_process():
 
 def test_a_repl_killed_from_outside_is_replaced_on_the_next_call(session):
     assert call(session, "x = 1\nimport os\nos.getpid()").status == "ok"
-    sandbox = session._sandbox
-    repl_host_pid = _descendants(sandbox.process.pid)[-1]  # bwrap -> init -> zygote -> REPL
+    with open(f"/proc/self/fdinfo/{session._channel.pidfd}") as f:  # the zygote hands the host a pidfd of each REPL
+        repl_host_pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+    assert repl_host_pid in _descendants(session._sandbox.process.pid)  # bwrap -> init -> zygote -> relay -> REPL
     os.kill(repl_host_pid, signal.SIGKILL)  # e.g. the kernel's OOM killer
     while Path(f"/proc/{repl_host_pid}/stat").read_text().split()[2] != "Z":  # until it has exited
         time.sleep(0.01)

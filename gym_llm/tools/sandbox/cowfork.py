@@ -248,7 +248,7 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
              write_id_maps: Callable[[int, str, str], None] | None = None, cwd: str | None = None,
              writable_paths: tuple[str, ...] = (), seccomp_filters: int | None = None,
              setup: Callable[[Tracee], None] | None = None, map_outer_ids: tuple[int, int] | None = None,
-             pidfd: bool = False, reap: bool = False) -> Forked:
+             pidfd: bool = False, reap: bool = False, target_pidfd: int | None = None) -> Forked:
     """A copy-on-write copy of the running process ``pid`` (its main thread's state and all its memory), in
     namespaces of its own (:data:`NAMESPACES`), set up by the tracer before it runs.
 
@@ -269,7 +269,9 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
     than this process). ``pidfd``: also open a pidfd of the copy (``Forked.pidfd``; the caller closes it) while it is
     still stopped, so it names the copy even after the copy ends and is reaped. ``reap``: first reap, in the stopped
     process, its children that have ended (``wait4(-1, WNOHANG)``: earlier copies, which are its children when it
-    cannot use ``CLONE_PARENT`` and never waits for them itself).
+    cannot use ``CLONE_PARENT`` and never waits for them itself). ``target_pidfd``: a pidfd of ``pid`` taken when it
+    was known to be the right process: checked once it is stopped (it must still be alive), so a pid that ended and was
+    reused meanwhile is never copied.
 
     Nothing the copy reports is taken on trust: before it is let go, its descriptors, channel, ids, session and
     capabilities are read from ``/proc`` (a process can answer an injected call itself, through a seccomp filter of its
@@ -303,6 +305,11 @@ def cow_fork(pid: int, *, channel_fd: int, channel_type: int = socket.SOCK_STREA
         except (OSError, TraceError) as e:
             raise CowForkError(f"cannot stop pid {pid} to fork it: {e}") from e
         try:
+            if target_pidfd is not None:
+                try:  # still alive, so the process just stopped is the one the pidfd names (its pid is not free)
+                    signal.pidfd_send_signal(target_pidfd, 0)
+                except ProcessLookupError:
+                    raise CowForkError(f"pid {pid} ended before it could be forked") from None
             seen_ids = _ids(pid)
             # again, now that it is stopped (its only thread): nothing can start a thread or map memory meanwhile
             found = hazards(pid, writable_paths=writable_paths, seccomp_filters=seccomp_filters)

@@ -274,7 +274,7 @@ def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
     forked = cowfork.cow_fork(pid, channel_fd=channel.channel_fd, channel_type=socket.SOCK_SEQPACKET,
                               inner_ids=inner, map_outer_ids=inner, reparent=False, write_id_maps=write_id_maps,
                               cwd=SCRATCH, writable_paths=(SCRATCH,), seccomp_filters=filters, setup=setup,
-                              pidfd=True, reap=True)
+                              pidfd=True, reap=True, target_pidfd=channel.pidfd)
     copy = CopyChannel(forked.channel, forked.pid, forked.pidfd, channel.channel_fd, sandbox.config, filters)
     return copy, time.perf_counter() - started
 
