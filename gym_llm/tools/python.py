@@ -338,7 +338,7 @@ class PythonSession:
             family, member = self._family, self._member
             self._family = self._member = self._sandbox = None
             out_of_memory = sandbox.cgroup is not None and sandbox.cgroup.oom_kills() > self._oom_kills
-            family.retire(member, running=True)
+            family.retire(member)
             if out_of_memory:
                 return (f"killed for exceeding the memory limit of {self.config.memory_limit_mb} MiB (memory, files in "
                         "its scratch dir and shared memory count together, for every fork of this interpreter)")
@@ -375,7 +375,7 @@ class PythonSession:
         if self._family is not None:
             family, member = self._family, self._member
             self._family = self._member = None
-            family.retire(member, running=False)
+            family.retire(member)
             return
         if sandbox is None:
             return

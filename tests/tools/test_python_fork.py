@@ -13,6 +13,7 @@ from gym_llm.core.episode import ForkError
 from gym_llm.envs.chat import LLMChatEnv
 from gym_llm.tools import PythonTool
 from gym_llm.tools.sandbox.cowfork import unsupported_reason
+from gym_llm.tools.sandbox.process import pidfd_pid
 
 cow = pytest.mark.skipif(unsupported_reason() is not None, reason=f"copy-on-write forks: {unsupported_reason()}")
 """Copy-on-write forks need x86-64 Linux >= 5.6 (every machine of this project and its CI); elsewhere forks re-run
@@ -331,9 +332,7 @@ def test_closed_forks_are_reaped_and_a_parent_kept_for_its_forks_is_stopped():
         env.step(_code("t = threading.Thread(target=print)\nt.start()\nt.join()\nprint(kept)"))
         assert _out(env) == "\n1\n"
         (sibling,) = env.fork()
-        pid = _session(env)._channel.pidfd
-        with open(f"/proc/self/fdinfo/{pid}") as f:
-            parent = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+        parent = pidfd_pid(_session(env)._channel.pidfd)
         env.close()  # kept for its fork, and stopped: code it left running can do nothing more
         for _ in range(200):  # SIGSTOP takes effect when the process next runs
             state = open(f"/proc/{parent}/stat").read().rsplit(")", 1)[1].split()[0]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gym_llm.tools.sandbox.process import pidfd_pid
 from gym_llm.tools import PythonTool, SandboxConfig, ToolCall
 from gym_llm.tools.sandbox import SandboxUnavailableError
 
@@ -135,8 +136,7 @@ def test_sandboxes_die_with_the_host_process():
 
 def test_a_repl_killed_from_outside_is_replaced_on_the_next_call(session):
     assert call(session, "x = 1\nimport os\nos.getpid()").status == "ok"
-    with open(f"/proc/self/fdinfo/{session._channel.pidfd}") as f:  # the zygote hands the host a pidfd of each REPL
-        repl_host_pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+    repl_host_pid = pidfd_pid(session._channel.pidfd)  # the zygote hands the host a pidfd of each REPL
     assert repl_host_pid in _descendants(session._sandbox.process.pid)  # bwrap -> init -> zygote -> relay -> REPL
     os.kill(repl_host_pid, signal.SIGKILL)  # e.g. the kernel's OOM killer
     while Path(f"/proc/{repl_host_pid}/stat").read_text().split()[2] != "Z":  # until it has exited

@@ -24,20 +24,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gym_llm.tools.sandbox import cowfork
 from gym_llm.tools.sandbox import server as inside
+from gym_llm.tools.sandbox.process import ReplChannel, ReplReply, Sandbox, pidfd_pid, write_all
 from gym_llm.tools.sandbox.ptrace import Tracee
-
-if TYPE_CHECKING:
-    from gym_llm.tools.sandbox.process import ReplChannel, ReplReply, Sandbox
 
 __all__ = ["CopyChannel", "Family", "fork_repl", "cow_unsupported"]
 
@@ -61,16 +57,6 @@ def cow_unsupported(config, channel) -> str | None:
     return None
 
 
-def _fdinfo_pid(pidfd: int) -> int:
-    with open(f"/proc/self/fdinfo/{pidfd}") as f:
-        for line in f:
-            if line.startswith("Pid:"):
-                pid = int(line.split()[1])
-                if pid > 0:
-                    return pid
-    raise ProcessLookupError("the process has ended and was reaped")
-
-
 def _sandbox_pid(pid: int) -> int:
     """``pid`` as the sandbox's pid namespace (bubblewrap's, one below this process's) numbers it."""
     with open(f"/proc/{pid}/status") as f:
@@ -82,7 +68,7 @@ def _sandbox_pid(pid: int) -> int:
     raise cowfork.CowForkError(f"pid {pid} is not in a sandbox's pid namespace")
 
 
-def _copy_scratch(sandbox: "Sandbox", parent: int, child: int, ids: tuple[int, int]) -> None:
+def _copy_scratch(sandbox: Sandbox, parent: int, child: int, ids: tuple[int, int]) -> None:
     """The parent's scratch files into the copy's fresh scratch tmpfs. This process opens each scratch dir through
     the process's own root (it may: it is their tracer); the zygote copies (``Sandbox.copy_tree``), as the REPL's ids
     and in the sandbox's memory cgroup, which is charged for the copied files."""
@@ -130,9 +116,7 @@ class CopyChannel:
         self.config = config
         self.reply_limit = 16 * (config.max_output_chars + config.max_error_chars) + 4096
 
-    def execute(self, code: str, timeout_s: float | None = None) -> "ReplReply":
-        from gym_llm.tools.sandbox.process import ReplReply
-
+    def execute(self, code: str, timeout_s: float | None = None) -> ReplReply:
         start = time.perf_counter()
         deadline = start + (self.config.timeout_s if timeout_s is None else timeout_s)
         limits = self.config.max_output_chars, self.config.max_error_chars
@@ -151,7 +135,8 @@ class CopyChannel:
                 os.close(request_read)
                 os.close(write_end)
             try:
-                _write_all(request_write, len(payload).to_bytes(4, "big") + payload, deadline)
+                os.set_blocking(request_write, False)
+                write_all(request_write, len(payload).to_bytes(4, "big") + payload, deadline)
             except TimeoutError:
                 return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
             except OSError:
@@ -164,15 +149,19 @@ class CopyChannel:
                 raw = inside.read_frame(read_end, self.reply_limit, deadline)
             except TimeoutError:
                 return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
-            tampered = raw is not None and not inside.Zygote.closed_after(read_end, min(1.0, max(0.0, deadline - time.perf_counter())))
+            wait_s = min(1.0, max(0.0, deadline - time.perf_counter()))
+            tampered = raw is not None and not inside.Zygote.closed_after(read_end, wait_s)
             reply = inside.Zygote.checked(raw, *limits) if raw is not None and not tampered else None
             if reply is None:  # it died, or broke the protocol: not trusted with another call
                 self.kill()
                 status = self.exit_status()
-                error = ("the code wrote to the interpreter's reply channel itself (more than one reply, or the channel "
-                         "held open)") if tampered else "" if status is not None else (
-                    "the interpreter process ended (how cannot be read here: an unprivileged host sees no exit status "
-                    "of a process it did not start)")
+                error = ""  # the exit status says why
+                if tampered:
+                    error = ("the code wrote to the interpreter's reply channel itself (more than one reply, or the "
+                             "channel held open)")
+                elif status is None:
+                    error = ("the interpreter process ended (how cannot be read here: an unprivileged host sees no "
+                             "exit status of a process it did not start)")
                 return ReplReply("crashed", "", 0, error, time.perf_counter() - start, status)
             return ReplReply(reply["status"], reply["output"], reply["omitted_chars"], reply["error"],
                              time.perf_counter() - start)
@@ -189,7 +178,7 @@ class CopyChannel:
         end = time.monotonic() + wait_s
         while True:
             try:
-                if self.pidfd is None or _fdinfo_pid(self.pidfd) != self.pid:
+                if self.pidfd is None or pidfd_pid(self.pidfd) != self.pid:
                     return None  # reaped (its pid may name another process now)
                 with open(f"/proc/{self.pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
@@ -202,15 +191,12 @@ class CopyChannel:
                 return None
             time.sleep(0.01)
 
-    def signal(self, sig: int) -> None:
+    def kill(self) -> None:
         if self.pidfd is not None:
             try:
-                signal.pidfd_send_signal(self.pidfd, sig)
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
 
     def close(self) -> None:
         """Close the channel (the copy's loop then ends) and the pidfd."""
@@ -220,19 +206,7 @@ class CopyChannel:
             self.pidfd = None
 
 
-def _write_all(fd: int, data: bytes, deadline: float) -> None:
-    os.set_blocking(fd, False)
-    view = memoryview(data)
-    while view:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            raise TimeoutError
-        _, writable, _ = select.select([], [fd], [], remaining)
-        if writable:
-            view = view[os.write(fd, view):]
-
-
-def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
+def fork_repl(sandbox: Sandbox, channel) -> tuple[CopyChannel, float]:
     """A copy-on-write copy of ``channel``'s REPL (a zygote's :class:`ReplChannel` or a :class:`CopyChannel`), idle
     between calls, in ``sandbox``. Returns its channel and how long the fork took (s).
 
@@ -248,7 +222,7 @@ def fork_repl(sandbox: "Sandbox", channel) -> tuple[CopyChannel, float]:
     if filters is None:
         raise cowfork.CowForkError("how many seccomp filters confine the REPL was not read when it started")
     try:
-        pid = _fdinfo_pid(channel.pidfd)
+        pid = pidfd_pid(channel.pidfd)
         uid, gid = cowfork._ids(pid)
     except (OSError, ValueError) as e:
         raise cowfork.CowForkError(f"cannot find the REPL to fork: {e}") from e
@@ -291,7 +265,7 @@ class Family:
     """The REPLs forked from one zygote REPL (and their forks) in one sandbox, leased from ``pool`` until the last
     ends. Thread-safe."""
 
-    def __init__(self, sandbox: "Sandbox", pool, root: "ReplChannel"):
+    def __init__(self, sandbox: Sandbox, pool, root: ReplChannel):
         self.sandbox = sandbox
         self.pool = pool
         self.root = _Member(root, None)
@@ -308,10 +282,10 @@ class Family:
             member.children.append(child)
             return child, took
 
-    def retire(self, member: _Member, *, running: bool) -> None:
-        """``member``'s session is done with it (closed, or restarting after a timeout or crash: ``running``, it may
-        still be executing code). Killed when no copy of it lives, else kept, stopped, until then (code the REPL left
-        running — e.g. a profiling hook that fires while it waits for the next call — must not outlive its session)."""
+    def retire(self, member: _Member) -> None:
+        """``member``'s session is done with it (closed, or restarting after a timeout or crash). Killed when no copy
+        of it lives, else kept, stopped, until then (code the REPL left running — a call that timed out, or a
+        profiling hook that fires while it waits for the next call — must not outlive its session)."""
         with self.lock:
             if not member.live:
                 return
@@ -320,13 +294,11 @@ class Family:
                 self._signal(member, signal.SIGSTOP)
             self._prune(member)
 
-    def _signal(self, member: _Member, sig: int) -> None:
-        channel = member.channel
-        if isinstance(channel, CopyChannel):
-            channel.signal(sig)
-        elif getattr(channel, "pidfd", None) is not None:
+    @staticmethod
+    def _signal(member: _Member, sig: int) -> None:
+        if member.channel.pidfd is not None:
             try:
-                signal.pidfd_send_signal(channel.pidfd, sig)
+                signal.pidfd_send_signal(member.channel.pidfd, sig)
             except ProcessLookupError:
                 pass
 

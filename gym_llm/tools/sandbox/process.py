@@ -267,7 +267,7 @@ class ReplChannel:
         request = json.dumps({"code": code, "max_output_chars": self.config.max_output_chars,
                               "max_error_chars": self.config.max_error_chars}).encode()
         try:
-            self._write(len(request).to_bytes(4, "big") + request, deadline)
+            write_all(self.request_fd, len(request).to_bytes(4, "big") + request, deadline)
         except BrokenPipeError:  # nobody reads the request: the REPL died before this call
             return ReplReply("dead", "", 0, "", time.perf_counter() - start)
         except TimeoutError:
@@ -291,16 +291,6 @@ class ReplChannel:
             return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
         except (_Broken, OSError, ValueError, KeyError, TypeError) as e:
             return ReplReply("crashed", "", 0, str(e), time.perf_counter() - start)
-
-    def _write(self, data: bytes, deadline: float) -> None:
-        view = memoryview(data)
-        while view:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                raise TimeoutError
-            _, writable, _ = select.select([], [self.request_fd], [], remaining)
-            if writable:
-                view = view[os.write(self.request_fd, view):]
 
     def _read(self, n: int, deadline: float) -> bytes:
         chunks, got = [], 0
@@ -328,6 +318,18 @@ class ReplChannel:
                 pass
         self.request_fd = self.reply_fd = -1
         self.pidfd = None
+
+
+def write_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write all of ``data`` to the non-blocking ``fd``; ``TimeoutError`` past ``deadline`` (``time.perf_counter()``)."""
+    view = memoryview(data)
+    while view:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            raise TimeoutError
+        _, writable, _ = select.select([], [fd], [], remaining)
+        if writable:
+            view = view[os.write(fd, view):]
 
 
 class _Broken(Exception):
@@ -574,12 +576,20 @@ class Sandbox:
         self.resources.release()
 
 
+def pidfd_pid(pidfd: int) -> int:
+    """The pid (in this process's pid namespace) of the process ``pidfd`` names; ``ProcessLookupError`` once it has
+    ended and was reaped (its pid may name another process by then)."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:") and int(line.split()[1]) > 0:
+                return int(line.split()[1])
+    raise ProcessLookupError("the process has ended and was reaped")
+
+
 def _seccomp_filters(pidfd: int) -> int | None:
     """How many seccomp filters confine the process behind ``pidfd`` (None: it cannot be read)."""
     try:
-        with open(f"/proc/self/fdinfo/{pidfd}") as f:
-            pid = next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pidfd_pid(pidfd)}/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("Seccomp_filters:"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None

@@ -173,8 +173,13 @@ class Tracee:
                 ptrace_quiet(_PTRACE_DETACH, pid)  # stopped, registers untouched: it goes on as it was
             raise
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, *, resume: bool = False) -> None:
+        """Bring it to an interrupt stop (``resume``: from a stop it is held in, letting it run until then). Signals
+        arriving meanwhile are held (sent again after detach); a call its filter gates that its own code makes
+        meanwhile is refused."""
         ptrace(_PTRACE_INTERRUPT, self.pid)
+        if resume:
+            ptrace(_PTRACE_CONT, self.pid, 0, 0)
         while True:
             status = wait_stop(self.pid, self.watchdog)
             if status >> 16 == _EVENT_STOP:
@@ -301,17 +306,7 @@ class Tracee:
                 ptrace(_PTRACE_SYSCALL, self.pid)
             self.at_entry = False
         self._set_regs(Regs.from_buffer_copy(self.resume_as))
-        ptrace(_PTRACE_INTERRUPT, self.pid)
-        ptrace(_PTRACE_CONT, self.pid, 0, 0)
-        while True:
-            status = wait_stop(self.pid, self.watchdog)
-            if status >> 16 == _EVENT_STOP:
-                break
-            if status >> 16 == _EVENT_SECCOMP:
-                self._refuse_gated_call()
-            elif status >> 16 == 0:
-                self.held_signals.append(os.WSTOPSIG(status))  # on its way in: queued again below
-            ptrace(_PTRACE_CONT, self.pid, 0, 0)
+        self._interrupt(resume=True)
         for sig in dict.fromkeys(self.held_signals):  # in order, once each (standard signals do not queue)
             os.kill(self.pid, sig)
         self.held_signals.clear()

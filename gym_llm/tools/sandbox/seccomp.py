@@ -123,9 +123,9 @@ calls user code is likely to try on purpose, where "not permitted" is the honest
 
 TRACED: tuple[str, ...] = ("setresuid", "setresgid", "setsid", "capset", "mount")
 """Answered ``SECCOMP_RET_TRACE`` (with ``clone`` into a new user namespace) unless ``allow_subprocess``: the calls
-that set up a copy-on-write fork of the REPL (:mod:`~gym_llm.tools.sandbox.cowfork`). With no tracer attached — always,
-except while the host's tracer injects them into the stopped REPL or its new copy — the kernel fails them with
-``ENOSYS``: the REPL itself can never make them."""
+that set up a copy-on-write fork of the REPL (:mod:`~gym_llm.tools.sandbox.cowfork`). With no tracer attached —
+always, except while the host's tracer injects them into the stopped REPL or its new copy — the kernel fails them
+with ``ENOSYS``: the REPL itself can never make them."""
 
 REPL_PROCESS: tuple[str, ...] = ("fork", "vfork", "execve", "execveat")
 """Refused with ``EPERM`` unless ``allow_subprocess``."""

@@ -38,7 +38,8 @@ Zygote protocol (host <-> zygote over an ``AF_UNIX`` SOCK_SEQPACKET socket, fd `
   (:meth:`Zygote.copy_tree`); answer ``{"op": "copied"}`` or ``{"op": "error", "message": ...}``.
 * ``{"op": "idmap", "pid": pid, "uid_map": text, "gid_map": text}`` (+ for a copy of a copy, an fd of its parent
   copy's user namespace): write the id maps of ``pid`` (a copy of a REPL, in a new user namespace the REPL made: the
-  kernel takes its maps only from a process in the parent namespace, with ``CAP_SETUID`` there); answer ``{"op": "idmapped"}`` or ``{"op": "error", "message": ...}``.
+  kernel takes its maps only from a process in the parent namespace, with ``CAP_SETUID`` there); answer
+  ``{"op": "idmapped"}`` or ``{"op": "error", "message": ...}``.
 * ``{"op": "end"}``: SIGKILL the relay and its REPL, reap them; answer ``{"op": "ended", "status": wait_status,
   "clean": bool}`` (``clean`` false when the unsandboxed mode's scratch dir could not be emptied).
 
