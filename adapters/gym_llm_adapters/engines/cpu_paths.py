@@ -60,9 +60,10 @@ CPU_BLOCK_SIZE = 32
 one. vLLM's CPU default is 128; 32 is the smallest its CPU attention takes. With prompts and replies of tens of
 tokens (this project's envs) ``generate`` ran 1.27-1.49x faster in ``bench/cpu_block_size.py`` (SmolLM2-135M,
 batches of 32 x 48 and 128 x 24 new tokens, on the AMD EPYC's native path and forced to AVX2), and as fast with
-500-token prompts (1.00-1.03x); the tiny test model's sub-second calls swung 0.83-1.69x. A prompt shares prefix-cache blocks only in whole blocks, so smaller
-blocks also let prompts that differ after a shared template reuse more of it. MLA and DeepSeek-V4 models get vLLM's
-own size whatever is asked (vLLM overrides it)."""
+500-token prompts (1.00-1.03x); the tiny test model's sub-second calls swung 0.83-1.69x. A prompt shares
+prefix-cache blocks only in whole blocks, so smaller blocks also let prompts that differ after a shared template
+reuse more of it. AMX's bf16 attention also takes 32 (it needs a multiple of 32; not measured: no AMX machine here).
+MLA and DeepSeek-V4 models get vLLM's own size whatever is asked (vLLM overrides it)."""
 
 _ISA_ENV = "GYM_LLM_CPU_ISA"
 _GEMM_ENV = "GYM_LLM_VLLM_GEMM"

@@ -179,7 +179,7 @@ def _eager_on_cpu(llm_class: Any) -> Any:
     package's own CPU engines run. Otherwise vLLM compiles the model with inductor when TRL builds it: a C++ build
     of ~10 CPU-s even for the 2-layer test model (and dynamo's tracing besides), repeated for each GEMM path's
     graph. ``GYM_LLM_TRL_VLLM_COMPILE=1`` keeps vLLM's default (compiled). Also the package's other CPU default,
-KV-cache blocks of 32 tokens (:func:`cpu_paths.llm_defaults`). GPU builds are never changed."""
+    KV-cache blocks of 32 tokens (:func:`cpu_paths.llm_defaults`). GPU builds are never changed."""
 
     def build(*args: Any, **kwargs: Any) -> Any:
         cpu = _is_cpu_platform()
