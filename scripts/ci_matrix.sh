@@ -3,8 +3,8 @@
 # and prints a table of the results. For whoever touches engines, weights, kernels or numerics: a suite that is green
 # on one CPU must be green on the others (an AVX2-only part, an AVX-512 EPYC, an AMX Xeon).
 #
-#   bash scripts/ci_matrix.sh                 # the whole suite per path (about 8-10 minutes each on 2 cores)
-#   bash scripts/ci_matrix.sh -x tests/adapters/engines tests/adapters/trl      # pytest arguments pass through
+#   bash scripts/ci_matrix.sh                 # per path what CI runs: the plain run, then the heavy tests (-m slow)
+#   bash scripts/ci_matrix.sh -x tests/adapters/engines tests/adapters/trl      # pytest arguments pass through (one run)
 #   PATHS="native gemm=torch" bash scripts/ci_matrix.sh                          # choose the paths
 #   LOG_DIR=/tmp/matrix bash scripts/ci_matrix.sh                                # where each path's log goes (default .)
 #
@@ -52,16 +52,24 @@ for path in $PATHS; do
     *) echo "ci_matrix: unknown path '$path' (expected native, gemm=torch|onednn, isa=LEVEL)" >&2; exit 2 ;;
   esac
   mkdir -p "${LOG_DIR:-.}"
-  log="${LOG_DIR:-.}/.ci-matrix-${path//[=]/-}.log"
-  echo "=== $path: $(printf '%s ' "${env_args[@]}" | sed 's/-u [A-Z_]* //g')-> $log"
-  start=$(date +%s)
-  env "${env_args[@]}" "$PY" -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1
-  rc=$?
-  secs=$(( $(date +%s) - start ))
-  summary=$(grep -E "^[0-9]+ (passed|failed)|^(FAILED|ERROR) .*|[0-9]+ (passed|failed|error)" "$log" | tail -1)
-  results+=("$(printf '%-18s rc=%-3s %5ss  %s' "$path" "$rc" "$secs" "$summary")")
-  [ "$rc" = 0 ] || status=1
-  echo "${results[-1]}"
+  if [ $# -gt 0 ]; then runs=("args"); else runs=("plain" "slow"); fi
+  for run in "${runs[@]}"; do
+    case "$run" in
+      args) pytest_args=("$@"); label="$path" ;;
+      plain) pytest_args=(); label="$path" ;;
+      slow) pytest_args=(-m slow); label="$path -m slow" ;;
+    esac
+    log="${LOG_DIR:-.}/.ci-matrix-${path//[=]/-}${run/#/-}.log"
+    echo "=== $label: $(printf '%s ' "${env_args[@]}" | sed 's/-u [A-Z_]* //g')-> $log"
+    start=$(date +%s)
+    env "${env_args[@]}" "$PY" -m pytest -q -p no:cacheprovider "${pytest_args[@]}" >"$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    summary=$(grep -E "^[0-9]+ (passed|failed)|^(FAILED|ERROR) .*|[0-9]+ (passed|failed|error)" "$log" | tail -1)
+    results+=("$(printf '%-26s rc=%-3s %5ss  %s' "$label" "$rc" "$secs" "$summary")")
+    [ "$rc" = 0 ] || status=1
+    echo "${results[-1]}"
+  done
 done
 echo
 echo "ci_matrix on: $described (native level: $native)"

