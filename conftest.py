@@ -54,7 +54,7 @@ def leaves_out_slow(config) -> bool:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):  # pytest-xdist, on the controller: the workers see other args (node ids)
+def pytest_configure_node(node):  # pytest-xdist, on the controller: its workers decide as it did, whatever their args
     node.workerinput[SLOW_LEFT_OUT] = leaves_out_slow(node.config)
 
 
