@@ -360,9 +360,11 @@ def test_vanished_clients_free_their_sessions_and_envs(tool_server, chat_server)
         wait_until(lambda: not sandboxes & sandbox_pids(), 5)  # and its sandbox processes are gone
         assert chat_server.sessions()["active_sessions"] == 1
         os.kill(frozen.pid, signal.SIGSTOP)
-        freed_s = wait_until(lambda: chat_server.sessions()["active_sessions"] == 0, 4 * PING_S + 1)
-        print(f"frozen client: session freed in {freed_s:.3f} s (ping interval + timeout = {2 * PING_S} s)")
-        assert chat_server.sessions()["envs_open"] == 0
+        # the session goes when the ping times out, its env as its close completes (a moment later: seen 1 open
+        # right after the session went, on a loaded 2-core Xeon): both within the bound
+        freed_s = wait_until(lambda: chat_server.sessions()["active_sessions"] == 0
+                             and chat_server.sessions()["envs_open"] == 0, 4 * PING_S + 1)
+        print(f"frozen client: session and env freed in {freed_s:.3f} s (ping interval + timeout = {2 * PING_S} s)")
     finally:
         for client in (killed, frozen):
             client.kill()
