@@ -31,7 +31,7 @@ def pytest_ignore_collect(collection_path: Path, config):
 # ------------------------------------------------------------------ the plain run and the heavy tests (-m slow)
 # A plain `pytest` (no paths, no -m/-k) runs the suite without the tests marked @pytest.mark.slow: real engines and
 # servers, trainers, learning checks, browsers. It stays under 10 minutes on the slowest 2-core CPU of this project's
-# machines (an Intel Xeon without bf16 instructions took 16.5 minutes for everything, 6.6 without them). CI runs both
+# machines (an Intel Xeon without bf16 instructions took 16.5 minutes for everything, 5-7 without them). CI runs both
 # (.ci/run: the plain run, then `pytest -m slow`). Naming files or folders runs every test in them; `-m`/`-k` select
 # as usual; --include-slow runs everything in one session.
 SLOW_LEFT_OUT = "gym_llm_slow_left_out"  # pytest-xdist: the controller's decision, handed to its workers

