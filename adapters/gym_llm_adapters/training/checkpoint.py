@@ -5,13 +5,20 @@ Layout under ``out_dir/checkpoints/``::
     step-000040/            a normal Hugging Face checkpoint (config, safetensors, tokenizer) that vLLM and
                             transformers load as is, plus the trainer's state:
         trainer_state.json  step, phase, engine version, rows of rollouts/metrics written, the config
-        optimizer.pt        optimizer + learning-rate scheduler state
-        rng.pt              torch / numpy / Python RNG states
+        optimizer.pt        optimizer + learning-rate scheduler state (tensors and plain values)
+        rng.pt              torch / numpy / Python RNG states (tensors and plain values)
     reference/              the frozen reference policy (written once, when RL starts after an SFT warm-up)
     LATEST                  the name of the newest complete checkpoint
 
 A checkpoint is written to ``step-N.tmp``, fsynced, and renamed into place; ``LATEST`` is replaced atomically
 afterwards. A crash at any point leaves the previous checkpoint intact and ``LATEST`` naming a complete one.
+
+**Reading a run folder runs nothing from it.** A run folder may come from elsewhere (or a ``--config`` may point
+``out`` at one), so the state files are read with ``torch.load(..., weights_only=True)``: tensors, numbers, strings
+and containers only, never an object that unpickles by calling code. A file that holds anything else is refused
+(:class:`CheckpointError`) before a model is loaded. Folders written before the RNG state was stored as tensors hold
+numpy's state as a ``uint32`` array; those are read with exactly numpy's array and ``uint32`` dtype allowed as well.
+The weights are safetensors and the tokenizer plain files, loaded without remote code.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TrainState", "save_checkpoint", "latest_checkpoint", "load_trainer_state", "load_optimizer_state",
-           "restore_rng", "checkpoints_dir"]
+__all__ = ["CheckpointError", "SavedState", "TrainState", "checkpoints_dir", "latest_checkpoint",
+           "load_trainer_state", "read_saved_state", "restore_rng", "save_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +96,7 @@ def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, tmp / "rng.pt")
+    torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / _STATE).write_text(json.dumps(state.to_json(), indent=1), encoding="utf-8")
     _fsync_tree(tmp)
     shutil.rmtree(final, ignore_errors=True)  # a re-run of the same step after a resume
@@ -123,25 +130,108 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return complete[-1] if complete else None
 
 
+class CheckpointError(ValueError):
+    """A run folder's state cannot be used safely or at all (the message names the file, why, and the fix)."""
+
+
+@dataclass
+class SavedState:
+    """The trainer state of a checkpoint besides its weights, as read by :func:`read_saved_state`.
+
+    Attributes:
+        trainer: counters and where the run's files end.
+        optimizer: ``{"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}``.
+        rng: the RNG states, for :func:`restore_rng`.
+    """
+
+    trainer: TrainState
+    optimizer: dict[str, Any]
+    rng: dict[str, Any]
+
+
 def load_trainer_state(path: str | os.PathLike) -> TrainState:
-    data = json.loads((Path(path) / _STATE).read_text(encoding="utf-8"))
-    return TrainState(**data)
+    """The checkpoint's ``trainer_state.json``; :class:`CheckpointError` when it is not one."""
+    file = Path(path) / _STATE
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        return TrainState(**data)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{file} is not a trainer state of gym-llm ({type(e).__name__}: {e}); resume a run "
+                              "folder written by `gym-llm train`, or start a new run (drop --resume)") from e
 
 
-def load_optimizer_state(path: str | os.PathLike, optimizer: Any, scheduler: Any) -> None:
+def read_saved_state(path: str | os.PathLike) -> SavedState:
+    """A checkpoint's trainer, optimizer and RNG state, read without running anything the files hold (module
+    docstring); :class:`CheckpointError` names the file that holds more than tensors and plain values."""
+    path = Path(path)
+    optimizer = _load_data(path / "optimizer.pt", ("optimizer", "scheduler"))
+    rng = _load_data(path / "rng.pt", ("torch", "numpy", "python"), old_numpy_state=True)
+    return SavedState(load_trainer_state(path), optimizer, rng)
+
+
+def _old_numpy_globals() -> list[Any]:
+    """What an rng.pt written before the RNG state was stored as tensors needs besides tensors: numpy's state array
+    (an ndarray of dtype uint32, rebuilt by numpy's ``_reconstruct``), under numpy 2's and numpy 1's module names."""
+    from numpy._core.multiarray import _reconstruct
+
+    return [_reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+            type(np.dtype(np.uint32))]
+
+
+def _load_data(file: Path, keys: tuple[str, ...], *, old_numpy_state: bool = False) -> dict[str, Any]:
+    import pickle
+
     import torch
 
-    saved = torch.load(Path(path) / "optimizer.pt", map_location="cpu", weights_only=False)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
+    allowed = _old_numpy_globals() if old_numpy_state else []
+    try:
+        with torch.serialization.safe_globals(allowed):
+            saved = torch.load(file, map_location="cpu", weights_only=True)
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{file} is missing: the checkpoint is incomplete; {_FRESH_START.format(file.parent)}") \
+            from e
+    except pickle.UnpicklingError as e:
+        named = re.search(r"GLOBAL (\S+)", str(e))
+        detail = f"it names {named.group(1)}" if named else (str(e).splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(
+            f"{file}: refusing to load it. It holds more than tensors and plain values ({detail}), which gym-llm's "
+            "trainer never writes; unpickling it (torch.load with weights_only=False) could run code it names, so it "
+            "is read with weights_only=True only. The checkpoint was written by something else or changed since: do "
+            f"not resume it. {_FRESH_START.format(file.parent)}") from e
+    if not isinstance(saved, dict) or not set(keys) <= set(saved):
+        got = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+        raise CheckpointError(f"{file} is not gym-llm trainer state (expected the keys {list(keys)}, got {got}); "
+                              f"{_FRESH_START.format(file.parent)}")
+    return saved
 
 
-def restore_rng(path: str | os.PathLike) -> None:
+_FRESH_START = ("To keep its weights (safetensors, read without running code), start a new run from them: --model {} "
+                "with a new --out, without --resume")
+
+
+def _rng_state() -> dict[str, Any]:
+    """Every RNG state as tensors and plain values (what ``weights_only=True`` reads back)."""
     import torch
 
-    saved = torch.load(Path(path) / "rng.pt", map_location="cpu", weights_only=False)
+    bit_generator, key, pos, has_gauss, cached_gaussian = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"bit_generator": bit_generator, "key": torch.from_numpy(key.astype(np.int64)),  # (624,)
+                      "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+            "python": random.getstate(),  # (version, tuple of 625 ints, gauss_next)
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def restore_rng(saved: dict[str, Any]) -> None:
+    """Set the torch, numpy, Python (and CUDA) RNGs to ``saved`` (:attr:`SavedState.rng`; a state written before it
+    held tensors, with numpy's state a tuple, too)."""
+    import torch
+
     torch.set_rng_state(saved["torch"])
-    np.random.set_state(saved["numpy"])
+    state = saved["numpy"]
+    if isinstance(state, dict):
+        state = (state["bit_generator"], state["key"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
+                 state["cached_gaussian"])
+    np.random.set_state(state)
     random.setstate(saved["python"])
     if saved.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved["cuda"])

@@ -103,8 +103,14 @@ class Trainer:
     Args:
         config: the run's settings.
         resume: continue from the newest checkpoint in ``config.out_dir``. Without it, a folder that
-            already holds checkpoints is refused (so a run is never overwritten by accident).
+            already holds checkpoints is refused (so a run is never overwritten by accident). Its state files are
+            read as data only (:mod:`~gym_llm_adapters.training.checkpoint`).
         callbacks: more metric loggers, each called ``callback(step, metrics)`` for every row.
+
+    Raises:
+        FileExistsError: ``config.out_dir`` holds a run and ``resume`` is False.
+        CheckpointError: the checkpoint to resume holds more than tensors and plain values (a crafted or foreign
+            file: nothing of it was run), or is incomplete; the message says how to start from its weights instead.
     """
 
     def __init__(self, config: TrainConfig, *, resume: bool = False, callbacks: Iterable[MetricsCallback] = ()):
@@ -119,15 +125,17 @@ class Trainer:
                                   "(--resume) to continue it, or choose another out_dir (--out).")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir = existing if existing is not None else Path(resolve_model(config.model))
-        self.state = ckpt.load_trainer_state(existing) if existing is not None else ckpt.TrainState(
+        # a resumed run's state files are read first, as data only (a crafted one is refused before a model loads)
+        saved = ckpt.read_saved_state(existing) if existing is not None else None
+        self.state = saved.trainer if saved is not None else ckpt.TrainState(
             step=0, phase="sft" if config.uses_sft else "grpo", version=0, rollout_records=0, reference=None,
             config=config.to_json())
         self.resumed_from = existing
-        self._optimizer_restored = False
+        self._saved_optimizer = saved.optimizer if saved is not None else None  # applied when its phase starts
         torch.manual_seed(config.seed)
         np.random.seed(config.seed % 2**32)
-        if existing is not None:
-            ckpt.restore_rng(existing)
+        if saved is not None:
+            ckpt.restore_rng(saved.rng)
         # fp32 master weights whatever the compute dtype (see training/precision.py); bf16 runs use autocast
         self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=master_dtype(config.dtype))
         self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
@@ -180,10 +188,11 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, functools.partial(lr_factor, warmup=max(cfg.lr_warmup_steps, 0), length=length,
                                               schedule=cfg.lr_schedule))
-        if self.resumed_from is not None and not self._optimizer_restored:
-            self._optimizer_restored = True
+        if self._saved_optimizer is not None:
+            saved, self._saved_optimizer = self._saved_optimizer, None
             if self.state.step > 0 and self._phase_of(self.state.step - 1) == phase:  # saved mid-phase: go on
-                ckpt.load_optimizer_state(self.resumed_from, self.optimizer, self.scheduler)
+                self.optimizer.load_state_dict(saved["optimizer"])
+                self.scheduler.load_state_dict(saved["scheduler"])
         self._phase_start = self.state.step
         if phase == "sft":
             from gym_llm_adapters.losses import SFTLoss
