@@ -12,7 +12,8 @@ Constructor arguments are stored as JSON, with tags for what JSON lacks (:func:`
 
     {"$tuple": [...]}                       a tuple
     {"$path": "data/test.jsonl"}            a pathlib.Path
-    {"$callable": "package.module:name"}    an importable function or class (imported again on replay)
+    {"$callable": "package.module:name"}    an importable function or class (imported again on replay, only for a
+                                            file the user trusts: :mod:`gym_llm_adapters.trust`)
     {"$tokenizer": {"name_or_path": ..., "class": ..., "vocab_size": ..., "fingerprint": ...}}
                                             a tokenizer loaded from a folder (loaded from it again on replay)
 
@@ -244,33 +245,45 @@ def _import(name: str) -> Any:
     return target
 
 
-def decode_kwargs(encoded: Mapping[str, Any], *, tokenizer: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-    """Inverse of :func:`encode_kwargs`: ``$callable`` values are imported again (the code as it is now), and
-    ``tokenizer(payload)`` gives the object of each ``$tokenizer`` value.
+def decode_kwargs(encoded: Mapping[str, Any], *, tokenizer: Callable[[dict[str, Any]], Any],
+                  import_callables: bool = False) -> dict[str, Any]:
+    """Inverse of :func:`encode_kwargs`: ``tokenizer(payload)`` gives the object of each ``$tokenizer`` value, and
+    ``$callable`` values are imported again (the code as it is now) — only with ``import_callables=True``: importing a
+    module a file names runs that module, so a file must be trusted first (:mod:`gym_llm_adapters.trust`).
 
     >>> import os.path
-    >>> kwargs = decode_kwargs({"stop": {"$tuple": ["a"]}, "f": {"$callable": "os.path:join"}}, tokenizer=None)
+    >>> kwargs = decode_kwargs({"stop": {"$tuple": ["a"]}, "f": {"$callable": "os.path:join"}}, tokenizer=None,
+    ...                        import_callables=True)
     >>> kwargs["stop"], kwargs["f"] is os.path.join
     (('a',), True)
+    >>> decode_kwargs({"f": {"$callable": "os:system"}}, tokenizer=None)
+    Traceback (most recent call last):
+    ...
+    ValueError: f names code to import ({'$callable': 'os:system'}), which is imported only from a file you trust: pass import_callables=True (replay: trust_file=True, CLI: --trust-file), or give f yourself
     """
-    return {name: _decode(value, tokenizer) for name, value in encoded.items()}
+    return {name: _decode(value, tokenizer, name if not import_callables else None) for name, value in encoded.items()}
 
 
-def _decode(value: Any, tokenizer: Callable[[dict[str, Any]], Any]) -> Any:
+def _decode(value: Any, tokenizer: Callable[[dict[str, Any]], Any], refuse_code: str | None) -> Any:
+    """``refuse_code``: the argument's name when ``$callable`` values are refused, else None."""
     if isinstance(value, list):
-        return [_decode(v, tokenizer) for v in value]
+        return [_decode(v, tokenizer, refuse_code) for v in value]
     if isinstance(value, dict):
         if len(value) == 1:
             (tag, payload), = value.items()
             if tag == "$tuple":
-                return tuple(_decode(v, tokenizer) for v in payload)
+                return tuple(_decode(v, tokenizer, refuse_code) for v in payload)
             if tag == "$path":
                 return Path(payload)
             if tag == "$callable":
+                if refuse_code is not None:
+                    raise ValueError(f"{refuse_code} names code to import ({value}), which is imported only from a "
+                                     "file you trust: pass import_callables=True (replay: trust_file=True, CLI: "
+                                     f"--trust-file), or give {refuse_code} yourself")
                 return _import(payload)
             if tag == "$tokenizer":
                 return tokenizer(payload)
-        return {k: _decode(v, tokenizer) for k, v in value.items()}
+        return {k: _decode(v, tokenizer, refuse_code) for k, v in value.items()}
     return value
 
 

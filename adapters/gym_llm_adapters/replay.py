@@ -22,6 +22,12 @@ with the recorded and replayed values, and the likely cause (a changed scorer wh
 data when the opening observation differs, a changed tokenizer, a different package version). Step-mode files
 (:class:`~gym_llm_adapters.types.StepRecord`\\ s) are grouped back into episodes and compared the same way, without
 step 3.
+
+**A file is not trusted by default.** Before an env is made, its recorded arguments are checked against the allow-list
+of :mod:`gym_llm_adapters.trust`: a file that names code to import (a recorded reward function), switches a sandbox
+off or loosens it, or widens what an env reaches is refused (:class:`~gym_llm_adapters.trust.UntrustedFileError`,
+naming each argument, its value and the opt-in) unless the caller passes ``trust_file=True`` (CLI: ``--trust-file``).
+Arguments given with ``env_kwargs=`` are the caller's own, and replace the recorded ones unchecked.
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ from gym_llm_adapters.episodes import EpisodeBuilder, scalar_info
 from gym_llm_adapters.replay_report import (Difference, EpisodeReplay, Mismatch, ReplayReport, array_difference,
                                             scalar_difference, text_difference)
 from gym_llm_adapters.rollout_io import iter_rollouts
+from gym_llm_adapters.trust import UntrustedFileError, check_env_arguments, refuse
 from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 
-__all__ = ["ReplayError", "count_episodes", "replay"]
+__all__ = ["ReplayError", "UntrustedFileError", "count_episodes", "replay"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,18 +74,22 @@ class _Episode:
 
 def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[str, Any] | None = None,
            tokenizer: Any = None, format: Literal["jsonl", "parquet"] | None = None,
-           on_episode: Callable[[EpisodeReplay], None] | None = None) -> ReplayReport:
+           on_episode: Callable[[EpisodeReplay], None] | None = None, trust_file: bool = False) -> ReplayReport:
     """Replay the episodes of a rollout file and compare them with the record (module docstring).
 
     Args:
         path: a rollout file written through the collector (``.jsonl``, or a ``.parquet`` folder).
         limit: replay only the first ``limit`` episodes.
         env_kwargs: constructor arguments that replace the recorded ones, for every env in the file: the arguments
-            that could not be recorded (a lambda ``reward_fn``), or a different data path.
+            that could not be recorded (a lambda ``reward_fn``), a different data path, or your own values for
+            arguments the file may not set (they are yours, so they are not checked).
         tokenizer: replaces every recorded tokenizer (the env's and the collector's); default: each is loaded again
             from the folder it was recorded from.
         format: ``"jsonl"`` or ``"parquet"``; default from ``path``.
         on_episode: called with each episode's result as it is ready (a progress bar).
+        trust_file: make the envs from every recorded argument as it is, like the code that wrote the file: import
+            the functions it names, and take sandbox, network and path settings from it. Only for a file you trust
+            as you would its author's code. Default: such arguments are refused (module docstring).
 
     Returns:
         a :class:`~gym_llm_adapters.replay_report.ReplayReport`; ``report.exact`` is True when every episode
@@ -86,6 +97,8 @@ def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[st
 
     Raises:
         ReplayError: no such file, no episodes in it, or no env spec for any of them (saying how to record one).
+        UntrustedFileError: without ``trust_file``, an env spec sets what a file may not set on its own (each
+            argument, its value, and how to opt in or give your own value); nothing of that env was imported or made.
     """
     path = Path(path)
     if not path.exists():
@@ -104,7 +117,8 @@ def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[st
                     break
                 spec = specs.get(episode.steps[0].spec_id)
                 if spec is not None and spec.spec_id not in envs:
-                    envs[spec.spec_id] = _ReplayEnv(spec, dict(env_kwargs or {}), tokenizer, loaded_tokenizers)
+                    envs[spec.spec_id] = _ReplayEnv(spec, dict(env_kwargs or {}), tokenizer, loaded_tokenizers,
+                                                    trusted=trust_file, path=path)
                 result = _replay_episode(episode, envs.get(spec.spec_id) if spec is not None else None)
                 results.append(result)
                 if on_episode is not None:
@@ -178,8 +192,10 @@ def _read_episodes(path: Path, format: str | None, specs: dict[str, RecordedEnvS
 class _ReplayEnv:
     """A fresh scalar env made from a recorded spec, and how to read and feed it like the collector did."""
 
-    def __init__(self, spec: RecordedEnvSpec, overrides: dict[str, Any], tokenizer: Any, loaded: dict[str, Any]):
+    def __init__(self, spec: RecordedEnvSpec, overrides: dict[str, Any], tokenizer: Any, loaded: dict[str, Any], *,
+                 trusted: bool, path: Path):
         self.spec = spec
+        self.trusted, self.path = trusted, path
         self.env: Any = None
         self.error = ""
         self.notes: list[str] = []
@@ -199,6 +215,13 @@ class _ReplayEnv:
         spec = self.spec
         if not spec.env_id or spec.env_id not in gym.registry:
             raise _CannotReplay(spec.unreplayable.get("env") or f"env id {spec.env_id!r} is not registered here")
+        recorded = {k: v for k, v in spec.env_kwargs.items() if k not in overrides}  # the file's, not the caller's
+        if not self.trusted:
+            refuse(check_env_arguments(spec.env_id, recorded),
+                   source=f"rollout file {self.path}, env spec {spec.spec_id} ({spec.env_id})",
+                   opt_in="if you trust this file as you would its author's code, replay it with --trust-file "
+                          "(Python: replay(path, trust_file=True)); or give your own value of each argument with "
+                          "--env-arg KEY=VALUE (env_kwargs={...})")
         if self._override is not None and "tokenizer" in spec.unreplayable:  # an in-memory tokenizer, given again
             overrides = {"tokenizer": self._override, **overrides}
         missing = {k: v for k, v in spec.unreplayable.items() if k not in overrides
@@ -207,7 +230,7 @@ class _ReplayEnv:
             named = "; ".join(f"{k}: {v}" for k, v in missing.items())
             raise _CannotReplay(f"{spec.env_id} was made with arguments the file could not record ({named}); pass "
                                 f"them to replay(env_kwargs={{...}})")
-        kwargs = {**decode_kwargs(spec.env_kwargs, tokenizer=self._tokenizer), **overrides}
+        kwargs = {**decode_kwargs(recorded, tokenizer=self._tokenizer, import_callables=self.trusted), **overrides}
         try:
             self.env = gym.make(spec.env_id, disable_env_checker=True, **kwargs)
         except Exception as e:  # a missing data file, a changed signature, a missing extra
@@ -240,7 +263,8 @@ class _ReplayEnv:
                 raise _CannotReplay("loading the recorded tokenizer needs transformers: "
                                     "pip install 'gym-llm[hf]'") from e
             try:
-                tokenizer = self._loaded[name] = AutoTokenizer.from_pretrained(name)
+                # a recorded folder is data: its tokenizer files are read, no code in it runs
+                tokenizer = self._loaded[name] = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
             except Exception as e:
                 raise _CannotReplay(f"the recorded tokenizer {name!r} cannot be loaded here ({type(e).__name__}: {e}); "
                                     "pass tokenizer= (CLI: --tokenizer FOLDER or an embedded model name)") from e

@@ -123,12 +123,12 @@ def chat_file(tmp_path, tiny_tok, hf_engine):
 
 
 def test_a_changed_scorer_is_reported_at_the_first_differing_step(chat_file, monkeypatch, capsys):
-    path, trajectories = chat_file
-    assert replay(path).exact
+    path, trajectories = chat_file  # its spec names the scorer as code to import: replayed as a trusted file
+    assert replay(path, trust_file=True).exact
     recorded_version = gym_llm.__version__
     monkeypatch.setattr(sys.modules[__name__], "turn_reward", changed_turn_reward)  # the recorded name, new code
     monkeypatch.setattr(gym_llm, "__version__", "9.9.9")
-    report = replay(path)
+    report = replay(path, trust_file=True)
     assert not report.exact and len(report.episodes) == len(trajectories)
     for result, trajectory in zip(report.episodes, trajectories):
         assert (result.task_id, result.steps) == (trajectory.task_id, len(trajectory.steps))
@@ -141,7 +141,7 @@ def test_a_changed_scorer_is_reported_at_the_first_differing_step(chat_file, mon
         assert (mismatch.differences[0].recorded, mismatch.differences[0].replayed) == (4.0, 5.0)
         assert mismatch.hint.startswith("changed scorer")
         assert f"recorded with gym_llm {recorded_version}, replayed with 9.9.9" in mismatch.hint
-    assert main(["replay", str(path), "--no-progress"]) == 1
+    assert main(["replay", str(path), "--no-progress", "--trust-file"]) == 1
     text = capsys.readouterr().out
     assert "differ" in text and "step 1: reward differs: recorded 4.0, replayed 5.0 — changed scorer" in text
 
@@ -228,7 +228,7 @@ def test_steps_mode_parquet_file_replays_its_episodes(tmp_path, tiny_tok, hf_eng
     with RolloutWriter(path) as writer, Collector(chat_env(tiny_tok), hf_engine, SAMPLING, steps_per_batch=5, seed=3,
                                                    writer=writer) as collector:
         steps = [s for _ in range(3) for s in collector.next_batch()]  # 4 sub-envs: the last vector step is cut
-    report = replay(path)
+    report = replay(path, env_kwargs={"reward_fn": turn_reward})  # the scorer given again, not imported from the file
     assert report.exact and sum(e.steps for e in report.episodes) == len(steps) == 15
     assert any(not e.complete for e in report.episodes)  # episodes the file holds only the start of replay too
     assert count_episodes(path) is None  # step records: episodes are known only once grouped
@@ -246,7 +246,7 @@ def test_resume_truncation_keeps_the_spec_and_appends_replay(tmp_path, tiny_tok,
         collect(chat_env(tiny_tok), hf_engine, writer, episodes=4)
     kinds = [type(item).__name__ for item in iter_rollouts(path, specs=True)]
     assert kinds[0] == "RecordedEnvSpec" and kinds.count("RecordedEnvSpec") == 2
-    assert replay(path).exact
+    assert replay(path, env_kwargs={"reward_fn": turn_reward}).exact
 
 
 def test_a_file_without_spec_says_how_to_record_one(tmp_path, tiny_tok, hf_engine, capsys):
@@ -278,7 +278,9 @@ def test_spec_arguments_round_trip_and_tampering_is_refused(tiny_tok):
     assert unreplayable == {}
     assert json.loads(json.dumps(encoded)) == encoded
     assert encoded["tok"]["$tokenizer"]["fingerprint"] == tokenizer_fingerprint(tiny_tok)
-    decoded = decode_kwargs(encoded, tokenizer=lambda payload: payload["name_or_path"])
+    with pytest.raises(ValueError, match=r"fn names code to import .*import_callables=True"):
+        decode_kwargs(encoded, tokenizer=lambda payload: payload["name_or_path"])  # not from a file you do not trust
+    decoded = decode_kwargs(encoded, tokenizer=lambda payload: payload["name_or_path"], import_callables=True)
     assert decoded == {**kwargs, "tok": tiny_tok.name_or_path, "arr": 5}
     assert type(decoded["stop"]) is tuple and isinstance(decoded["path"], Path) and decoded["fn"] is turn_reward
     _, bad = encode_kwargs({"f": lambda: 0, "o": object(), "d": {1: 2}})

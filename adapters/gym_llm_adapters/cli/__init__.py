@@ -42,12 +42,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse a command line; a ``--config`` file's values become defaults that the command line overrides."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    typed, from_config = args, {}
     if getattr(args, "config", None):
         from gym_llm_adapters.cli._common import load_config_defaults
 
         sub = parser._subparsers._group_actions[0].choices[args.command]
-        sub.set_defaults(**load_config_defaults(sub, args.config))
+        from_config = load_config_defaults(sub, args.config)
+        sub.set_defaults(**from_config)
         args = parser.parse_args(argv)
+    args.typed, args.from_config = typed, from_config  # what came from where: a config is checked (cli/train.py)
     args.print_help = parser.print_help
     return args
 

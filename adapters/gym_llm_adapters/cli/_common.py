@@ -105,6 +105,9 @@ def load_config_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         dest = key.replace("-", "_")
+        if dest == "trust_file":  # the user's say-so about the file cannot come from the file
+            raise UsageError(f"--config {path}: {key} cannot be set in a config (it is how you say you trust the "
+                             "config); pass --trust-file on the command line")
         if dest not in actions:
             raise UsageError(f"--config {path}: unknown key {key!r}{closest(dest, actions)}; the keys are the flags' "
                              "names (see --help)")

@@ -5,7 +5,12 @@ versions), on the recorded task, fed the recorded completions; every observation
 must be the same, bit for bit. An episode that differs stops at its first differing step, and the report says what
 differs there and why it likely does (a changed scorer, changed data, a changed tokenizer, another package version).
 Exit status: 0 when every episode reproduced exactly, 1 when some differ or could not be replayed, 2 for a user
-error (no such file, no env spec in it).
+error (no such file, no env spec in it, a file that sets what a file may not set on its own).
+
+A file is not trusted by default: recorded arguments that name code to import (a reward function), switch a sandbox
+off or loosen it, or widen what an env reaches (network, host folders) are refused, naming each one; --trust-file
+replays such a file as it is (only a file you trust as you would its author's code), and --env-arg gives your own
+value instead (docs/replay.md, "Files from elsewhere").
 
     gym-llm replay runs/eval/smollm2.jsonl
     gym-llm replay runs/arithmetic/rollouts.jsonl --limit 1000 --json > replay.json
@@ -37,12 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", metavar="M", default=None,
                         help="a folder with tokenizer files, or an embedded model name (tiny, tiny-qwen2, smollm2), "
                              "whose tokenizer replaces the recorded one (default: loaded from the recorded folder)")
+    parser.add_argument("--trust-file", action="store_true",
+                        help="make the envs from every recorded argument as it is: import the functions the file "
+                             "names, take its sandbox, network and path settings. Only for a file you trust as you "
+                             "would its author's code (default: such arguments are refused, each named)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym_llm_adapters.replay import ReplayError, count_episodes, replay
+    from gym_llm_adapters.replay import ReplayError, UntrustedFileError, count_episodes, replay
 
     path = Path(args.file)
     if not path.exists():
@@ -60,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
                    unit="ep", dynamic_ncols=True)
     try:
         report = replay(path, limit=args.limit, env_kwargs=dict(args.env_args), tokenizer=tokenizer,
-                        on_episode=(lambda result: bar.update(1)) if bar is not None else None)
-    except ReplayError as e:
+                        on_episode=(lambda result: bar.update(1)) if bar is not None else None,
+                        trust_file=args.trust_file)
+    except (ReplayError, UntrustedFileError) as e:
         raise UsageError(str(e)) from e
     finally:
         if bar is not None:
@@ -80,6 +90,6 @@ def _tokenizer(spec: str):
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(folder)
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     except Exception as e:
         raise UsageError(f"--tokenizer {spec}: cannot read a tokenizer from {folder} ({type(e).__name__}: {e})") from e

@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="read option defaults from a TOML file (keys are the flags' names; tables [env_args], "
                              "[eval_env_args], [vllm_args]); flags on the command line override it. "
                              "Example: examples/configs/arithmetic_tiny.toml")
+    parser.add_argument("--trust-file", action="store_true",
+                        help="trust the --config file: pass its [env_args], [eval_env_args] and [vllm_args] on as "
+                             "they are. Default: values that would run code or weaken isolation (a reward function, "
+                             "sandbox or network settings, trust_remote_code, ...) are refused, each named "
+                             "(docs/cli.md, 'Files from elsewhere')")
     add_env_options(parser, positional=False)
     parser.add_argument("--eval-env-arg", dest="eval_env_args", action="append", default=[], metavar="KEY=VALUE",
                         type=_env_arg,
@@ -147,6 +152,32 @@ def _check_out(out: Path, resume: bool) -> None:
         raise UsageError(f"--out {out} is a folder with other files in it; choose a new or empty folder")
 
 
+def _check_config_file(args: argparse.Namespace) -> None:
+    """A ``--config`` file's env and vLLM arguments go through the allow-list of :mod:`gym_llm_adapters.trust`
+    (a config is a file someone may send you), unless ``--trust-file``; the ones given on the command line too are the
+    user's own."""
+    from_config = getattr(args, "from_config", None) or {}
+    if args.trust_file or not from_config:
+        return
+    from dataclasses import replace
+
+    from gym_llm_adapters.trust import check_env_arguments, check_vllm_arguments, refuse
+
+    typed = args.typed
+    refusals = []
+    for dest in ("env_args", "eval_env_args", "vllm_args"):
+        mine = {key for key, _ in getattr(typed, dest)}
+        theirs = {key: value for key, value in from_config.get(dest, []) if key not in mine}
+        found = check_vllm_arguments(theirs) if dest == "vllm_args" else check_env_arguments(args.env, theirs)
+        refusals += [replace(r, argument=f"[{dest}] {r.argument}") for r in found]
+    try:
+        refuse(refusals, source=f"--config {args.config}",
+               opt_in="if you trust this config as you would its author's code, pass --trust-file; or give your own "
+                      "value on the command line (--env-arg, --eval-env-arg, --vllm-arg KEY=VALUE)")
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
 def config_from_args(args: argparse.Namespace):
     """The :class:`~gym_llm_adapters.training.TrainConfig` the flags describe."""
     from gym_llm_adapters.training import TrainConfig
@@ -181,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
 
     # every input is checked before a model is loaded or an engine started
     check_env(args.env, "train")
+    _check_config_file(args)
     check_paths(env_kwargs_from(args))
     check_paths(dict(args.eval_env_args))
     _check_out(args.out, args.resume)
@@ -195,7 +227,13 @@ def run(args: argparse.Namespace) -> int:
                   max_action_tokens=config.max_new_tokens)
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    with Trainer(config, resume=args.resume) as trainer, logging_redirect_tqdm():  # logs print above the bar
+    from gym_llm_adapters.training.checkpoint import CheckpointError
+
+    try:
+        trainer = Trainer(config, resume=args.resume)  # a resumed run's state files are read (as data) here
+    except CheckpointError as e:
+        raise UsageError(str(e)) from e
+    with trainer, logging_redirect_tqdm():  # logs print above the bar
         result = trainer.run()
     first, last = (result.evals[0], result.evals[-1]) if result.evals else (None, None)
     if first is not None:
