@@ -113,22 +113,49 @@ def _interpreter() -> str:
 
 
 def _import_paths(config: SandboxConfig) -> list[str]:
-    """sys.path entries the sandbox adds to its ``-I -S`` interpreter (site-packages when asked)."""
+    """sys.path entries the sandbox adds to its ``-I -S`` interpreter (site-packages when asked): the host's
+    site-packages (a venv's, a conda env's, the system's) and the user site when the host process uses it, each
+    **resolved**, because the sandbox binds resolved paths: a venv reached through a symbolic link (``ln -s .venv
+    /tmp/v``) must not hand the sandbox a path it never bound."""
     if not config.site_packages:
         return []
-    paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    return sorted(p for p in paths if os.path.isdir(p))
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    import site
+
+    if site.ENABLE_USER_SITE and site.USER_SITE and site.USER_SITE in sys.path:  # `pip install --user` packages
+        paths.append(site.USER_SITE)
+    resolved = dict.fromkeys(os.path.realpath(p) for p in paths)  # ordered, no duplicates
+    return [p for p in resolved if os.path.isdir(p)]
 
 
-def _readonly_paths(config: SandboxConfig) -> list[str]:
-    """Host paths bound read-only: the interpreter and stdlib, shared libraries, site-packages."""
+def _readonly_binds(config: SandboxConfig) -> list[tuple[str, str]]:
+    """Host paths bound read-only, as ``(host path, path inside)``: the interpreter and stdlib, shared libraries,
+    site-packages, and ``extra_ro_paths``. The host side is always resolved; a path inside is resolved too, except
+    an ``extra_ro_paths`` entry, which appears where its caller named it (and also at its resolved path, when that
+    differs), so code that was told the path finds it however the host reaches it."""
     paths = {os.path.realpath(sys.base_prefix), os.path.dirname(_interpreter()), "/usr/lib", "/usr/lib64",
-             "/etc/ld.so.cache", "/etc/localtime"}
-    paths.update(os.path.realpath(p) for p in _import_paths(config))
-    paths.update(os.path.realpath(p) for p in config.extra_ro_paths)
-    existing = sorted(p for p in paths if os.path.exists(p))
-    # drop paths inside another bound path (binding both is redundant)
-    return [p for p in existing if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in existing)]
+             "/etc/ld.so.cache", "/etc/localtime", *_import_paths(config)}
+    binds = {(p, p) for p in paths}
+    for path in config.extra_ro_paths:
+        real = os.path.realpath(path)
+        binds.update({(real, real), (real, os.path.normpath(os.path.abspath(path)))})
+    existing = sorted(((host, inside) for host, inside in binds if os.path.exists(host)), key=lambda b: (b[1], b[0]))
+    # drop binds inside another bind, where they would show the same files (binding both is redundant)
+    return [(host, inside) for host, inside in existing
+            if not any((host, inside) != (h, i) and inside.startswith(i.rstrip("/") + "/")
+                       and host == os.path.join(h, os.path.relpath(inside, i)) for h, i in existing)]
+
+
+def check_interpreter() -> None:
+    """Raise :class:`SandboxUnavailableError` at once, with the fix, when the interpreter a sandbox would start is
+    not there or not runnable (a venv whose base interpreter moved, a deleted conda env) — instead of a sandbox that
+    never becomes ready."""
+    interpreter = _interpreter()
+    if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        raise SandboxUnavailableError(
+            f"The Python sandbox cannot start: its interpreter {interpreter!r} (sys.executable {sys.executable!r}, "
+            "resolved) is not an executable file. Recreate the virtual environment (python -m venv) so that its "
+            "python points at an installed interpreter.")
 
 
 def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespaces: tuple[int, int] | None) -> list[str]:
@@ -143,7 +170,7 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespa
         # the REPL is uid 0 here, so the id map of a copy-on-write fork maps 0 to the namespace owner: the kernel
         # wants CAP_SETFCAP in this namespace from whoever writes such a map (the zygote; the REPL drops every cap)
         argv += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "CAP_SETFCAP"]
-    binds = [(path, _sandbox_path(path)) for path in _readonly_paths(config)]
+    binds = [(path, _sandbox_path(inside)) for path, inside in _readonly_binds(config)]
     ancestors = sorted({str(parent) for _, dest in binds for parent in Path(dest).parents if str(parent) != "/"},
                        key=lambda p: p.count("/"))
     for parent in ancestors:  # made world-traversable (bwrap would copy a host 0700 /root, closed to the REPL's uid)
@@ -165,6 +192,33 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespa
     for key, value in _sandbox_env().items():
         argv += ["--setenv", key, value]
     return argv + ["--seccomp", str(seccomp_fd), "--"]
+
+
+def _environment_problem(preload_errors: dict[str, str], config: SandboxConfig) -> str | None:
+    """Why the sandbox's interpreter does not see the host's packages, or None: an import path it cannot see, or a
+    preloaded module that fails inside but that this (host) process can find — an install the sandbox does not
+    reach (a layout the binds miss), which would otherwise surface as an ImportError in some episode's code."""
+    missing = preload_errors.get("<sys.path>")
+    if missing:
+        return (f"The Python sandbox's interpreter cannot see the host's packages: {missing} (bound read-only from "
+                f"this process's sys.path; sys.executable {sys.executable!r}, prefix {sys.prefix!r}). Pass the "
+                "folders as SandboxConfig(extra_ro_paths=...) or report this install layout as a bug.")
+    import importlib.util
+
+    unreachable = []
+    for module, error in preload_errors.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found and ("ModuleNotFoundError" in error or "ImportError" in error):
+            unreachable.append(f"{module} ({error})")
+    if unreachable:
+        fix = ("if the package lives elsewhere, pass its folder as SandboxConfig(extra_ro_paths=...)"
+               if config.site_packages else "SandboxConfig(site_packages=False) hides the host's packages")
+        return (f"The Python sandbox cannot import what this process can: {'; '.join(unreachable)}. The interpreter "
+                f"inside is {_interpreter()!r} with import paths {_import_paths(config)}; {fix}.")
+    return None
 
 
 def limits_in_force(config: SandboxConfig) -> dict[str, str]:
@@ -397,6 +451,7 @@ class Sandbox:
         """Start a sandbox and wait until its zygote is ready. Call it from a long-lived thread."""
         start = time.perf_counter()
         sandboxed = config.isolation == "bwrap"  # bwrap's mount namespace moves host paths under /tmp
+        check_interpreter()
         root_host = sandboxed and os.geteuid() == 0
         resources = _Resources()
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -476,6 +531,13 @@ class Sandbox:
         # most); the zygote points the sandbox's fds 1 and 2 at /dev/null once it is ready.
         control.settimeout(_CONTROL_TIMEOUT_S)
         errors = message.get("preload_errors") or {}
+        problem = _environment_problem(errors, config)
+        if problem:
+            process.kill()
+            process.wait()
+            control.close()
+            resources.release()
+            raise SandboxUnavailableError(problem)
         if errors:
             logger.warning("Sandbox preload failed for %s", errors)
         return cls(process, control, config, resources, time.perf_counter() - start, errors)

@@ -274,6 +274,9 @@ class Repl:
                     os.close(fd)
 
 
+_MISSING_PATHS = "<sys.path>"  # the preload-errors key for import paths the sandbox cannot see
+
+
 class Zygote:
     def __init__(self, config):
         self.config = config
@@ -302,6 +305,9 @@ class Zygote:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         sys.path.extend(self.config["paths"])
         errors = {}
+        missing = [path for path in self.config["paths"] if not os.path.isdir(path)]
+        if missing:  # the host would see its packages vanish: say so now, not as an ImportError in some episode
+            errors[_MISSING_PATHS] = ", ".join(missing)
         for name in ["linecache", "traceback", "_ast", "ctypes", "resource", *self.config["preload"]]:
             try:
                 __import__(name)
