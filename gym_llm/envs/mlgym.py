@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -29,6 +30,8 @@ from gym_llm.tools.parsing import parse_tool_calls
 from gym_llm.tools.sandbox.process import SandboxError
 
 __all__ = ["LLMMLGymEnv", "LLMMLGymVectorEnv", "make_mlgym", "build_mlgym", "COMMANDS", "MLGYM_SYSTEM_PROMPT"]
+
+logger = logging.getLogger(__name__)
 
 RewardMode = Literal["metric", "improvement", "pass_fail"]
 _SESSION = "gym_llm.mlgym"
@@ -84,6 +87,7 @@ class MLGymHandler:
         self.command_timeout_s, self.eval_timeout_s = command_timeout_s, eval_timeout_s
         self.episode_timeout_s, self.max_output_chars = episode_timeout_s, max_output_chars
         self.eval_seed, self.validate_seed_offset = eval_seed, validate_seed_offset
+        self._evaluation_runs: set[tuple[str, int]] = set()  # (task, grading pool) whose control evaluation passed
 
     # ------------------------------------------------------------------------------ episode
     def start(self, episode: ChatEpisode) -> None:
@@ -127,6 +131,10 @@ class MLGymHandler:
         if call.name == "validate":
             state["validations"] += 1
             evaluation, seed = self._evaluate(task, state, self.validate_seed_offset + state["validations"])
+            environment = self._environment_error(task, evaluation, seed)
+            if environment:
+                return (f"Validation could not run ({environment}). This is a problem of the environment, not of "
+                        "your submission."), "error"
             return self._validation_text(task, evaluation), "ok" if not evaluation.error else "error"
         if call.name in ("run", "python"):
             key = "command" if call.name == "run" else "code"
@@ -178,14 +186,60 @@ class MLGymHandler:
     def _final(self, task: MLGymTask, state: dict[str, Any], reason: str, results: list, infos: list,
                *, done: bool) -> Response:
         evaluation, seed = self._evaluate(task, state, 0)
-        value = metric_value(evaluation.metrics, task.metric)
+        environment = self._environment_error(task, evaluation, seed)
+        value = math.nan if environment else metric_value(evaluation.metrics, task.metric)
         info = {"num_tool_calls": len(infos) + (reason == "submit"), "tool_calls": json.dumps(infos),
                 "exit_reason": reason, "metric": value, "metric_name": task.metric,
                 "metrics": json.dumps(evaluation.metrics), "evaluation_output": evaluation.output,
                 "evaluation_error": evaluation.error, "baseline": _or_nan(task.baseline_score),
                 "passed": self._passed(task, value), "eval_seed": -1 if seed is None else seed,
                 "mlgym_task": task.key}
+        if environment:  # not a score: the episode's reward failed (docs/mlgym.md, "When the evaluation cannot run")
+            info["reward_error"] = environment
         return Response(self._reward(task, value), done, tuple(results), info)
+
+    def _environment_error(self, task: MLGymTask, evaluation: Evaluation, seed: int | None) -> str | None:
+        """Why ``evaluation`` failed because of this host rather than the submission, or None.
+
+        A sandbox that did not start or failed says so itself. An evaluation that ran and printed no metrics is the
+        submission's fault only if the task's evaluation runs here at all: that is checked once per task with a
+        **control**, the task's own reference submission (its sample submission, or the starter code) evaluated
+        the same way. When the control fails too, the evaluation cannot run on this host (a missing package, an
+        interpreter the sandbox cannot see), and no submission's score means anything."""
+        if not evaluation.error:
+            return None
+        if evaluation.environment_error:
+            return f"the evaluation could not run: {evaluation.error}"
+        ran_here = (task.key, id(self.grading_pool))
+        if evaluation.timed_out or ran_here in self._evaluation_runs:
+            return None
+        control_files = self._control_submission(task)
+        if control_files is None:  # nothing to compare with: the failure stays the submission's
+            return None
+        argv = evaluation_argv(task, seed)
+        control = evaluate(self.grading_pool, self.stage / "private" / task.key, control_files, argv,
+                           self.eval_timeout_s, self.max_output_chars)
+        if not control.error:
+            self._evaluation_runs.add(ran_here)
+            return None
+        logger.error("MLGym task %s: its evaluation fails on the task's own reference submission too (%s); scores "
+                     "of this task are not given on this host. Output:\n%s", task.key, control.error,
+                     control.output[-2000:])
+        return (f"the task's evaluation cannot run on this host: on the task's own reference submission it failed "
+                f"too ({control.error}): {control.output.strip()[-500:]}")
+
+    def _control_submission(self, task: MLGymTask) -> dict[str, bytes] | None:
+        """The task's reference submission (the sample submission of a CSV task, else the starter files the agent
+        edits), as the grader would receive it; None when the task has none."""
+        starter = self.stage / "public" / task.key / "starter"
+        if task.kind == "csv":
+            if task.sample_submission is None:
+                return None
+            return {task.submission_files[0]: (starter / task.sample_submission.name).read_bytes()}
+        files = {name: starter / name for name in task.submission_files}
+        if not all(path.is_file() for path in files.values()):
+            return None
+        return {name: path.read_bytes() for name, path in files.items()}
 
     def _passed(self, task: MLGymTask, value: float) -> bool:
         threshold = self.threshold if self.threshold is not None else task.baseline_score

@@ -20,6 +20,7 @@ Two sandbox pools per env, with different read-only binds:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import math
@@ -161,6 +162,8 @@ class Evaluation:
         returncode: its exit status (None: it never ran).
         timed_out: it ran past the evaluation timeout.
         error: why no metrics came back ("" when they did).
+        environment_error: the evaluation could not run at all (a sandbox did not start or failed, the runtime could
+            not start it): a problem of this host, not of the submission; it must never be read as a score.
     """
 
     metrics: dict[str, Any]
@@ -168,6 +171,7 @@ class Evaluation:
     returncode: int | None
     timed_out: bool
     error: str
+    environment_error: bool = False
 
 
 def parse_metrics(stdout: str) -> dict[str, Any] | None:
@@ -231,7 +235,7 @@ def evaluate(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv
         try:
             runner = SandboxREPL(code.pool)
         except SandboxError as e:
-            return Evaluation({}, "", None, False, f"the submission's sandbox did not start: {e}")
+            return Evaluation({}, "", None, False, f"the submission's sandbox did not start: {e}", environment_error=True)
         bridge = _BRIDGE.read_text(encoding="utf-8")
         encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
 
@@ -271,8 +275,8 @@ def evaluate(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv
     if isinstance(result, dict):
         side = (result.get("stdout", "") + result.get("stderr", "")).strip()
         if side:
-            evaluation = Evaluation(evaluation.metrics, f"{evaluation.output}\n[the submission's own output]\n{side}",
-                                    evaluation.returncode, evaluation.timed_out, evaluation.error)
+            evaluation = dataclasses.replace(
+                evaluation, output=f"{evaluation.output}\n[the submission's own output]\n{side}")
     return evaluation
 
 
@@ -290,17 +294,17 @@ def _grade(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: 
     try:
         repl = SandboxREPL(pool)
     except SandboxError as e:
-        return Evaluation({}, "", None, False, f"the grading sandbox did not start: {e}")
+        return Evaluation({}, "", None, False, f"the grading sandbox did not start: {e}", environment_error=True)
     try:
         encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
         reply = repl.call("grade", timeout_s + 20, private_dir=repl.inside(private_dir), files=encoded, argv=argv,
                           timeout_s=timeout_s, max_chars=max_chars)
     except SandboxError as e:
-        return Evaluation({}, "", None, False, f"the grading sandbox failed: {e}")
+        return Evaluation({}, "", None, False, f"the grading sandbox failed: {e}", environment_error=True)
     finally:
         repl.close()
     if not reply["ok"]:
-        return Evaluation({}, "", None, False, f"the evaluation could not start: {reply['error']}")
+        return Evaluation({}, "", None, False, f"the evaluation could not start: {reply['error']}", environment_error=True)
     run = reply["result"]
     output = run["stdout"] + run["stderr"]
     if run["timed_out"]:

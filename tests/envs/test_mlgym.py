@@ -138,6 +138,45 @@ def test_a_submission_below_the_baseline_fails_the_threshold_and_metric_reward_m
     assert rewards["improvement"] == pytest.approx(info["metric"] - info["baseline"])
 
 
+def test_an_evaluation_that_cannot_run_here_is_a_reward_error_never_a_score():
+    """A grader whose sandbox cannot import the evaluation's packages (``site_packages=False`` stands in for any
+    install the sandbox does not reach, as a venv through a symlink once did): a correct submission is not graded as
+    failed. The evaluation of the task's own sample submission (the control) fails too, so ``reward_error`` says the
+    evaluation cannot run here, ``metric`` is NaN and ``validate`` says it is not the submission's fault. On a
+    working grader a broken submission stays the submission's failure (the control passes: no ``reward_error``)."""
+    import dataclasses
+
+    import gym_llm  # noqa: F401
+    from gym_llm.tools.sandbox.pool import SandboxPool
+
+    config = str(MLGYM / "configs" / "tasks" / "titanic.yaml")
+    rows = (MLGYM / "data" / "titanic" / "data" / "test.csv").read_text().splitlines()[1:]
+    everyone = "PassengerId,Survived\n" + "".join(f"{row.split(',', 1)[0]},1\n" for row in rows)
+    env = gym.make("LLMMLGym-v0", task_config_path=config, max_turns=6)
+    handler = env.unwrapped.parts.extra["chat"].handler
+    working = handler.grading_pool
+    broken = SandboxPool(dataclasses.replace(working.config, site_packages=False), min_idle=0)
+    try:
+        env.reset(seed=0)  # a working grader: a submission that is not a CSV is the submission's failure
+        env.step(EXAMPLE.call("create", filename="submission.csv", content="not a csv"))
+        _, reward, terminated, _, info = env.step(EXAMPLE.call("submit"))
+        assert terminated and reward == 0.0 and info["evaluation_error"] and "reward_error" not in info, info
+
+        handler.grading_pool = broken
+        env.reset(seed=1)
+        observation, *_ = env.step(EXAMPLE.call("create", filename="submission.csv", content=everyone) +
+                                   EXAMPLE.call("validate"))
+        assert "problem of the environment, not of your submission" in observation
+        _, reward, terminated, _, info = env.step(EXAMPLE.call("submit"))
+        assert terminated and math.isnan(info["metric"]) and not info["passed"]
+        assert "cannot run on this host" in info["reward_error"] and "reference submission" in info["reward_error"]
+        assert "ModuleNotFoundError" in info["reward_error"]  # what failed, from the control's own output
+    finally:
+        handler.grading_pool = working
+        broken.close()
+        env.close()
+
+
 def test_step_budget_grades_the_workspace_and_truncates():
     env = gym.make("LLMMLGym-v0", task_config_path=str(MLGYM / "configs" / "tasks" / "prisonersDilemma.yaml"),
                    max_turns=2, reward="metric")
