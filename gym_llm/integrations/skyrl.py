@@ -28,7 +28,6 @@ Needs ``skyrl-gym`` (``pip install 'gym-llm[skyrl]'``; tested with 0.4.0). Impor
 from __future__ import annotations
 
 import atexit
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,12 +37,14 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import register as _skyrl_register
 from skyrl_gym.envs.registration import registry as _skyrl_registry
 
+from gym_llm.core.forksafe import ForkSafeLock
+
 __all__ = ["SkyRLEnv", "register", "skyrl_dataset", "PREFIX"]
 
 PREFIX = "gym_llm/"
 
 _pool: dict[tuple, list[gym.Env]] = {}
-_pool_lock = threading.Lock()
+_pool_lock = ForkSafeLock()
 
 
 def _key(env_id: str, kwargs: Mapping[str, Any]) -> tuple | None:

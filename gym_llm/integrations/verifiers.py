@@ -43,12 +43,13 @@ import asyncio
 import atexit
 import json
 import logging
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from gym_llm.core.forksafe import ForkSafeLock
 
 try:
     import verifiers.v1 as vf
@@ -86,7 +87,7 @@ REWARD_NAME = "gym_llm_reward"
 # --- pooled gym_llm envs -------------------------------------------------------------------------------------------
 
 _pool: dict[str, list[gym.Env]] = {}
-_pool_lock = threading.Lock()
+_pool_lock = ForkSafeLock()
 
 
 def _pool_key(env_id: str, env_kwargs: Mapping[str, Any]) -> str:

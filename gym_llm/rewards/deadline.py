@@ -29,10 +29,11 @@ import select
 import struct
 import subprocess
 import sys
-import threading
 import time
 import weakref
 from typing import Any
+
+from gym_llm.core.forksafe import ForkSafeLock
 
 __all__ = [
     "DEFAULT_HOOK_TIMEOUT_S", "DeadlineExceeded", "IsolatedHook", "WorkerPool", "call_with_deadline", "isolate_hook",
@@ -190,7 +191,7 @@ class WorkerPool:
         self.startup_timeout_s = float(startup_timeout_s)
         self.killed = 0  # workers killed at a deadline
         self._idle: list[_Worker] = []
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._pid = os.getpid()
         _LIVE_POOLS.add(self)
 
@@ -292,7 +293,7 @@ def _close_live_pools() -> None:
 
 
 _DEFAULT_POOL: WorkerPool | None = None
-_DEFAULT_LOCK = threading.Lock()
+_DEFAULT_LOCK = ForkSafeLock()
 
 
 def _default_pool() -> WorkerPool:

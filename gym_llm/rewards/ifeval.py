@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import inspect
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+from gym_llm.core.forksafe import ForkSafeLock
 
 __all__ = [
     "IFEvalMetrics",
@@ -54,7 +55,7 @@ __all__ = [
     "score",
 ]
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 _REGISTRY: dict[str, Any] | None = None
 
 

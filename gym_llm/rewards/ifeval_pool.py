@@ -18,6 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
+from gym_llm.core.forksafe import ForkSafeLock
 from gym_llm.rewards.ifeval import IFEvalResult, evaluate
 
 __all__ = ["IFEvalScorer", "IFEVAL_TIMEOUT_S"]
@@ -32,7 +33,7 @@ ScoreItem = tuple[str, Sequence[str], Sequence[Mapping[str, Any] | None], "str |
 
 
 _POOL: Any = None
-_POOL_LOCK = threading.Lock()
+_POOL_LOCK = ForkSafeLock()
 
 
 def _shared_pool() -> Any:

@@ -32,11 +32,13 @@ import shutil
 import threading
 from pathlib import Path
 
+from gym_llm.core.forksafe import ForkSafeLock
+
 __all__ = ["ensure_punkt_tab", "punkt_data_root", "write_punkt_tab"]
 
 logger = logging.getLogger(__name__)
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 _READY: dict[str, Path] = {}
 _FILES = ("abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt")
 

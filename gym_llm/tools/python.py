@@ -11,6 +11,7 @@ from typing import Any
 
 from gym_llm.tools.base import ToolCall, ToolResult, function_schema, invalid_result
 from gym_llm.core.episode import ForkError
+from gym_llm.core.forksafe import ForkSafeLock
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.cowfork import CowForkError
 from gym_llm.tools.sandbox.family import Family, cow_unsupported
@@ -24,7 +25,7 @@ __all__ = ["PythonTool", "PythonSession"]
 logger = logging.getLogger(__name__)
 
 _PROBED: set[tuple[Any, ...]] = set()
-_PROBE_LOCK = threading.Lock()
+_PROBE_LOCK = ForkSafeLock()
 _RESTARTED = "The Python session was restarted: variables, imports and files from earlier calls are lost."
 
 DEFAULT_DESCRIPTION = (

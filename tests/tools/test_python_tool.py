@@ -8,6 +8,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -308,3 +309,42 @@ def test_forked_child_gets_its_own_pool(tool):
     os.close(read_fd)
     os.waitpid(child, 0)
     assert report == "True 42" and tool.pool is parent_pool
+
+
+def test_forked_child_starts_its_sandboxes_while_the_parent_is_starting_one(tool):
+    """A fork while the parent's spawner thread is inside a sandbox start (holding the process's cgroup and user
+    namespace locks): the child's own pool must still start sandboxes (it hung 30 s, then failed, when it inherited
+    those locks held)."""
+    from gym_llm.tools.sandbox import cgroups, userns
+
+    held, done = threading.Event(), threading.Event()
+
+    def spawner_mid_start() -> None:
+        with cgroups.SandboxCgroup._lock, userns._LOCK:
+            held.set()
+            done.wait()
+
+    thread = threading.Thread(target=spawner_mid_start, daemon=True)
+    thread.start()
+    assert held.wait(5)
+    read_fd, write_fd = os.pipe()
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            try:
+                signal.alarm(20)  # a hang ends the child; the parent then reads nothing
+                tool.attach()
+                session = tool.open_session()
+                os.write(write_fd, call(session, "6 * 7").content.strip().encode())
+                session.close()
+                tool.detach()
+            finally:
+                os._exit(0)
+    finally:
+        done.set()
+        thread.join()
+    os.close(write_fd)
+    report = os.read(read_fd, 1024).decode()
+    os.close(read_fd)
+    os.waitpid(child, 0)
+    assert report == "42"

@@ -25,10 +25,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gym_llm.core.forksafe import ForkSafeLock
 
 __all__ = ["CgroupSupport", "SandboxCgroup", "detect"]
 
@@ -122,7 +123,7 @@ class SandboxCgroup:
     """
 
     _pool_dirs: dict[str, Path] = {}
-    _lock = threading.Lock()
+    _lock = ForkSafeLock()
 
     def __init__(self, support: CgroupSupport, name: str, *, max_tasks: int):
         if support.version is None:

@@ -27,7 +27,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
+
+from gym_llm.core.forksafe import ForkSafeLock
 
 __all__ = ["ZYGOTE_UID", "REPL_UID_BASE", "REPL_UIDS", "root_namespaces", "repl_uid_pair", "release_uid_pair"]
 
@@ -112,7 +113,7 @@ NAMESPACE_OWNER: int | None = None
 """Host uid that owns ``U1`` once made: :data:`ZYGOTE_UID`, or 0 where unprivileged user namespaces are switched
 off (then the sandbox's per-user kernel counts are charged to host root; the REPL's own limits still bound them)."""
 
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 _NAMESPACES: tuple[int, int] | None = None
 _FREE_PAIRS: list[int] = []
 _NEXT_PAIR = 0
@@ -171,8 +172,7 @@ def release_uid_pair(uids: tuple[int, int]) -> None:
 def _reset_after_fork() -> None:
     """A forked child (e.g. an AsyncVectorEnv worker) makes namespaces of its own: the kernel counts a REPL's
     threads per (user namespace, uid), and the parent hands out the same uid pairs."""
-    global _NAMESPACES, _FREE_PAIRS, _NEXT_PAIR, _LOCK
-    _LOCK = threading.Lock()
+    global _NAMESPACES, _FREE_PAIRS, _NEXT_PAIR
     _NAMESPACES, _FREE_PAIRS, _NEXT_PAIR = None, [], 0
 
 
