@@ -68,7 +68,7 @@ def test_tree_groups_share_their_first_turns_and_replay_exactly(tiny_tok, hf_eng
             diverged += 1
     assert diverged >= len(groups) // 2  # sampled at temperature 1: the members go their own ways after the branch
     assert len(read_rollouts(path)) == 24
-    report = replay(path)
+    report = replay(path, env_kwargs={"reward_fn": reward_by_length})  # the scorer given, not imported from the file
     assert report.exact, report.summary()
 
 

@@ -80,8 +80,10 @@ def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype)).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    # a checkpoint folder may come from elsewhere (--resume, a config's out): its files are read, none of its code runs
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype),
+                                                 trust_remote_code=False).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"the tokenizer of {model_dir} has no eos token; episodes could never end a turn.")
     model.train()
