@@ -36,8 +36,8 @@ ADVERSARIAL = [
     # hedges, answers that are not one number, a later sentence that changes the answer
     ("18 approx", "negation"), ("18ish", "negation"), ("18 or more", "negation"), ("18 (rounded)", "negation"),
     ("18, maybe", "negation"), ("probably 18", "negation"), ("18 give or take", "negation"),
-    ("18_19", "not one number"), ("18.0.0", "not one number"), ("18. Or maybe 19.", "negation"),
-    ("18. Then again, 19.", "negation"), ("x", "no number"), ("eighteen", "no number"),
+    ("18_19", "not one number"), ("18.0.0", "not one number"), ("18. Or maybe 19.", "alternative"),
+    ("18. Then again, 19.", "correction"), ("x", "no number"), ("eighteen", "no number"),
 ]
 
 
@@ -52,14 +52,23 @@ def test_adversarial_final_answers_are_wrong_and_say_why(answer, kind):
 @pytest.mark.parametrize("completion,kind", [
     (f"{WORK}#### 17\n#### 18", "several final answers"), (f"{WORK}#### 18\n\n#### 17", "several final answers"),
     (r"\boxed{17} and \boxed{18}", "several final answers"), (r"\boxed{18}, or \boxed{19}", "several final answers"),
-    (f"{WORK}#### 18\nor 19", "another number after"), (f"{WORK}#### 18\n\nQ2: 5 + 6 = 11", "another number after"),
+    (f"{WORK}#### 18\nor 19", "alternative"), (f"{WORK}#### 18\nThe answer is 20", "several final answers"),
+    (f"{WORK}#### 18\nActually, 19.", "correction"), (f"{WORK}#### 18\nWait, I made an error: it is 20", "correction"),
+    (f"{WORK}#### 18\n19", "another answer"), (f"{WORK}#### 18\nSo she makes $20 a day.", "another answer"),
+    (f"{WORK}#### 18\nBut I'm not 100% sure.", "hedge"), ("I think the answer is 18.", "hedged final answer"),
 ])
 def test_one_final_answer_across_the_completion(completion, kind):
     g = grade(completion, "18")
     assert not g.correct and g.problem is not None and kind in g.problem, g
 
 
+# What follows the answer's clause may justify, restate, sign off or ask, with other numbers in it (issue 45: this
+# rule once refused any later number, and "#### 18\n\nQ2: 5 + 6 = 11" was wrong; it is now one final answer and
+# text that neither corrects, hedges nor states another answer for this problem).
 @pytest.mark.parametrize("completion", [f"{WORK}#### 18\n#### 18", f"{WORK}#### 18\nHope this helps!",
+                                        f"{WORK}#### 18\nHope you enjoyed the 2 puzzles!", f"{WORK}#### 18\n\nQ2: 5 + 6 = 11",
+                                        f"{WORK}#### 18\nLet me know if you need help with the other 2 questions!",
+                                        "The answer is 18, since 16 - 3 - 4 = 9 eggs are sold at $2 each.",
                                         r"\boxed{18}, so the answer is \boxed{18}", f"{WORK}#### 18. She earns 18 dollars.",
                                         f"{WORK}#### 18 <<9*2=18>>", "The answer is 18. Checking: 18 + 2 = 20."])
 def test_repeating_the_same_answer_is_one_answer(completion):

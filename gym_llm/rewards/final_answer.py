@@ -1,0 +1,306 @@
+r"""One final answer: where an answer statement ends, what it may hold, and what may follow it.
+
+A final answer (after ``####``, "The answer is", ``Answer:``, inside ``\boxed{}`` or ``<answer>``) is judged on its
+**clause**: the text from the marker to the end of the sentence, a ``;``, a ``(``, a dash, a colon, or a comma or
+word that starts a justification ("18, since 16 - 3 - 4 = 9 eggs are sold" -> "18"). What follows the clause may
+justify, restate, add units, sign off or ask the reader something, with any numbers in it; it may not
+
+* **correct** the answer: "Actually, 19", "Wait, I made an error: it is 20", "Oops, I meant 19", "No, it's 19";
+* offer an **alternative**: "Or 19.", "or maybe 19", "Alternatively, it could be 19", "19 is also possible";
+* **hedge**: "but I'm not sure", "I might be wrong", "probably 19", "give or take", "if my math is right";
+* state **another answer**: a number alone ("\n19"), or a conclusion ("So she makes $20.", "Total: 20") whose
+  numbers do not include the answer. (Other final-answer markers with another value — a second ``####`` line,
+  "The answer is 20" — are the callers' check: :func:`gym_llm.rewards.gsm8k.grade`, :mod:`gym_llm.rewards.answers`.)
+
+Text before the last ``</think>`` is scratch work and is not read. Every pattern is linear in the text (bounded
+repeats only; ``tests/rewards/test_grading_time.py``).
+
+>>> split_clause("18, since 16 - 3 - 4 = 9 eggs are sold at $2 each.")
+('18', ', since 16 - 3 - 4 = 9 eggs are sold at $2 each.')
+>>> split_clause("18 or 19, I think")[0], split_clause("18 dollars (9 eggs at $2)")[0]
+('18 or 19', '18 dollars ')
+>>> later_problem(". Let me know if you need help with the other 2 questions!", Fraction(18))
+>>> later_problem("\nActually, 19.", Fraction(18))
+'a correction after the final answer (Actually)'
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, to_fraction, unemphasize
+
+__all__ = ["after_thinking", "answer_problem", "answer_value", "is_sign_off", "later_problem", "prefix_problem",
+           "split_clause"]
+
+_NUM = r"[-−]?\$?\s?\d"  # where a number starts (after an optional sign and currency)
+
+# ------------------------------------------------------------------------------------------------ the clause
+_JUSTIFYING = (r"since|because|as|from|which|given|after|thanks\s+to|via|due\s+to|based\s+on|i\.e\.|e\.g\.|where|when|by"
+               r"|using|computed|calculated|counting")
+_LEADING = (r"so|thus|therefore|hence|making|giving|meaning|for\s+a\s+total|that\s+means|this\s+means"
+            r"|which\s+(?:gives|makes|means|comes\s+to|equals|totals|brings)")
+_BREAK = r"[.!?](?=\s|$)|\n|[;(\[]|—|\s--?\s(?=[^\W\d_])|:\s"
+# an answer that starts with its number ("18, so she is done") ends at any justifying or leading word; a prose answer
+# ("she sells 9 eggs, so she makes $18") runs on through the words that lead to its result
+_NUMBER_FIRST_BREAK_RE = re.compile(
+    _BREAK + r"|,\s*(?=[^\W\d_])|\s(?=(?:" + _JUSTIFYING + r"|" + _LEADING + r")\b)", re.IGNORECASE)
+_PROSE_BREAK_RE = re.compile(
+    _BREAK + r"|,\s*(?=[^\W\d_])(?!(?:" + _LEADING + r")\b)|\s(?=(?:" + _JUSTIFYING + r")\b)", re.IGNORECASE)
+"""Where a clause may end; a comma before a word (not before a number: "18, 19" stays one clause) is checked
+against :data:`_KEEPS_CLAUSE_RE`."""
+# after a comma, these keep the clause going: they join another candidate, or qualify the answer itself
+_KEEPS_CLAUSE_RE = re.compile(
+    r",\s*(?:or|nor|to|through|till|until|vs\.?|versus|plus|minus|times|either|not|no|never|maybe|perhaps"
+    r"|possibly|probably|likely|about|approx|approximately|around|roughly|nearly|almost|over|under|at\s+(?:least|most)"
+    r"|more|less|fewer|between|rounded|estimated|circa|ca\.|give|then\s+again|or\s+rather|on\s+second)\b"
+    r"|,\s*and\s+" + _NUM,
+    re.IGNORECASE,
+)
+_WORD_RE = re.compile(r"[^\W\d_]{2,}")
+
+
+def split_clause(answer: str) -> tuple[str, str]:
+    """``(clause, rest)`` of an answer's (cleaned) text: the clause runs past its first number to the first break
+    (sentence end, newline, ``;``, ``(``, ``[``, a dash, ``": "``, a justifying word, or a comma before a word that
+    does not join another candidate or qualify the answer). When words come before the number (a prose answer:
+    "she sells 9 eggs, so she makes $18"), "so", "making", "which" and the like do not end it."""
+    first = NUMBER_RE.search(answer)
+    position = first.end() if first else 0
+    prose = first is not None and len(_WORD_RE.findall(answer, 0, first.start())) > 1
+    breaks = _PROSE_BREAK_RE if prose else _NUMBER_FIRST_BREAK_RE
+    while True:
+        brk = breaks.search(answer, position)
+        if brk is None:
+            return answer, ""
+        if brk.group(0).startswith(",") and _KEEPS_CLAUSE_RE.match(answer, brk.start()):
+            position = brk.end()
+            continue
+        return answer[:brk.start()], answer[brk.start():]
+
+
+# ------------------------------------------------------------------------------------- what may not follow
+_CORRECTION_RE = re.compile(
+    r"(?:^|(?<=[\s,;:(—\"'*_-]))(?:"
+    r"actually(?=\s*[,.!:]|\s+(?:\S+\s+){0,3}?" + _NUM + r"|\s*$)|(?:is|it'?s|be|'s|answer\s+is)\s+actually"
+    r"|(?<!can't )(?<!can’t )(?<!cannot )wait(?!\s+(?:for|until|till|to)\b)(?!ing)"
+    r"|hold\s+on|hang\s+on|oops|whoops|correction|corrected|(?:i|we)\s+meant|i\s+mean(?=\s*,|\s+" + _NUM + r")"
+    r"|scratch\s+that|strike\s+that|let\s+me\s+(?:re-?(?:check|calculate|compute|do|consider|count|think|run|examine|evaluate"
+    r"|work|read|verify)|correct|fix|revise|try\s+again|start\s+over|think|check\s+again)"
+    r"|re-?calculat\w*|re-?evaluat\w*|on\s+(?:second|further)\s+(?:thought|look|inspection|reflection)"
+    r"|or\s+rather|then\s+again|hmm+|(?<!if )(?<!in case )i\s+(?:made|make|have\s+made|'ve\s+made)\s+(?:a|an|one)\s+"
+    r"(?:\w+\s+)?(?:mistake|error|typo|slip)|my\s+(?:mistake|bad|error)|mis-?calculat\w*|mis-?count\w*|misread"
+    r"|double[- ]counted|i\s+(?:forgot|missed|overlooked)|typo"
+    r"|(?:that|this|which|it|the\s+above|(?:my|the)\s+(?:previous\s+|earlier\s+|first\s+|last\s+)?answer)"
+    r"\s+(?:is|was|'s)\s+(?:wrong|incorrect|a\s+mistake|an\s+error|off|not\s+right|not\s+correct|mistaken)"
+    r"|(?:i\s+was|i'?m)\s+wrong|can'?t\s+be\s+right|doesn'?t\s+(?:look|seem)\s+right|doesn'?t\s+add\s+up"
+    r"|should\s+(?:actually\s+)?(?:be|have\s+been|read)\s+(?:\S+\s+){0,2}?" + _NUM +
+    r"|the\s+(?:correct|right|real|actual|true|corrected)\s+(?:answer|value|total|result|number|amount)"
+    r"|(?:update|edit|erratum)\s*:)(?!\w)",
+    re.IGNORECASE,
+)
+_NO_RE = re.compile(r"^\W*no(?:pe)?\b(?!\s+(?:problem|worries|need|doubt)\b)", re.IGNORECASE)
+_STRONG_HEDGE_RE = re.compile(
+    r"\b(?:not\s+(?:[\w%]+\s+)?(?:sure|certain|confident|positive)|unsure|uncertain"
+    r"|(?:might|may|could)\s+(?:be\s+(?:wrong|off|mistaken|incorrect)|have\s+(?:made|gotten|got|messed|mixed|slipped))"
+    r"|if\s+i'?m\s+not\s+mistaken|if\s+i\s+did\s+(?:this|that|it|the\s+math)\s+(?:right|correctly)"
+    r"|if\s+my\s+(?:math|calculations?|arithmetic|reasoning|logic)\s+(?:is|are)\s+(?:right|correct)"
+    r"|give\s+or\s+take|or\s+so\b|roughly|approx(?:imately|\.)?|ballpark|more\s+or\s+less|plus\s+or\s+minus"
+    r"|i'?m\s+guessing|(?:my\s+(?:best\s+)?|a\s+)guess|grain\s+of\s+salt|don'?t\s+quote\s+me"
+    r"|hope\s+(?:this|that|it|i|my\s+answer)\s+(?:is|was|'s|got\s+(?:it|this|that))\s+(?:\w+\s+)?(?:correct|right|accurate)"
+    r"|(?:is|are)\s+also\s+(?:possible|plausible|an?\s+option)|also\s+(?:possible|plausible)|(?:could|might|may)\s+also"
+    r"\s+be|or\s+(?:maybe|perhaps|possibly|probably))(?!\w)|(?<=\d)\s*-?ish\b",
+    re.IGNORECASE,
+)
+_WEAK_HEDGE_RE = re.compile(r"\b(?:maybe|perhaps|probably|possibly|likely|presumably|i\s+think|i\s+believe|i\s+guess"
+                            r"|i\s+suppose|i'?d\s+say|(?:could|might|may)\s+be|seems?)\b", re.IGNORECASE)
+_HEDGED_NUMBER_RE = re.compile(  # "maybe 19", "probably it's 19", "I think it is 19": the hedge names a number
+    r"\b(?:maybe|perhaps|probably|possibly|likely|i\s+think|i\s+believe|i\s+guess|(?:could|might|may)\s+be)"
+    r"(?:\s+(?:it'?s|it\s+is|is|be|it\s+should\s+be|closer\s+to|more\s+like|around|about))?\s+" + _NUM,
+    re.IGNORECASE)
+_ABOUT_THE_ANSWER_RE = re.compile(r"\b(?:answer|result|correct|right|wrong|accurate|solution|total|calculation|math)\b",
+                                  re.IGNORECASE)
+_TO_THE_READER_RE = re.compile(r"\b(?:you|your|yours|you'?[a-z]+)\b", re.IGNORECASE)
+_ALTERNATIVE_RE = re.compile(  # "or 19" where a clause starts: ". Or 19.", "\nor 19", "(or 19)", ", or maybe 19"
+    r"(?:^|[,;:(\[—–-])\s*(?:or|nor)\s+(?:(?:maybe|perhaps|possibly|probably|even|else|rather|just|about|it'?s|it\s+is)"
+    r"\s+){0,2}" + _NUM + r"(?:[\d,]|\.\d)*",
+    re.IGNORECASE)
+_OR_FIRST_RE = re.compile(r"\W*or\b", re.IGNORECASE)  # "Or 19.", "Or maybe twenty." (but "Or, if you like, ...")
+_BARE_NUMBER_RE = re.compile(  # a sentence that is a number and little else: "19", "Or 19?", "= $20.", "So 19 dollars."
+    r"[\s(\[*#>`\"']*(?:(?:or|and|so|maybe|perhaps|possibly|probably|alternatively|then|thus|hence|i\.e\.|=|~"
+    r"|total:?|result:?),?\s*){0,2}[-−]?\$?\s?(\d[\d,]*(?:\.\d+)?)\s*(?:%|[^\W\d_]+)?[\s)\].!?*`\"']*",
+    re.IGNORECASE)
+_CONCLUSION_RE = re.compile(
+    r"^[\s*_#>\"'(]*(?:so|thus|therefore|hence|in\s+total|in\s+all|altogether|overall|that\s+means|this\s+means"
+    r"|which\s+means|in\s+conclusion|consequently|in\s+summary|to\s+summarize|total|the\s+total|the\s+result"
+    r"|result|final(?:ly)?)\b", re.IGNORECASE)
+_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|\n+|;\s*|\s+[—–]\s+|(?<=\))\s+")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCES_RE.split(text) if s and s.strip()]
+
+
+def _values(text: str) -> list[Fraction]:
+    return [v for v in (to_fraction(n) for n in NUMBER_RE.findall(text)) if v is not None]
+
+
+def _hedge(sentence: str) -> re.Match | None:
+    strong = _STRONG_HEDGE_RE.search(sentence)
+    if strong:
+        return strong
+    named = _HEDGED_NUMBER_RE.search(sentence)
+    if named:
+        return named
+    weak = _WEAK_HEDGE_RE.search(sentence)
+    if weak is None or _TO_THE_READER_RE.search(sentence):  # "maybe you'd like to try problem 3?" is no hedge
+        return None
+    about = _ABOUT_THE_ANSWER_RE.search(sentence) or NUMBER_RE.search(sentence) or len(sentence.split()) <= 3
+    return weak if about else None
+
+
+def later_problem(text: str, value: Fraction | None) -> str | None:
+    """Why ``text`` — what follows a final answer's clause (cleaned: no LaTeX, emphasis or calculator notes) —
+    breaks the one-final-answer rule, or ``None`` if it only justifies, restates, adds units, signs off or asks.
+    ``value`` is the answer's value (``None``: not a number; then only the markers count)."""
+    for sentence in _sentences(text):
+        correction = _CORRECTION_RE.search(sentence) or _NO_RE.search(sentence)
+        if correction:
+            return f"a correction after the final answer ({correction.group(0).strip(' ,;:(—')})"
+        alternative = _ALTERNATIVE_RE.search(sentence)
+        if alternative is None and not _TO_THE_READER_RE.search(sentence):
+            alternative = _OR_FIRST_RE.match(sentence)
+        if alternative:
+            return f"an alternative after the final answer ({alternative.group(0).strip(' ,;:([—–-')})"
+        hedge = _hedge(sentence)
+        if hedge:
+            return f"a hedge after the final answer ({hedge.group(0).strip()})"
+        if value is None:
+            continue
+        bare = _BARE_NUMBER_RE.fullmatch(sentence)
+        if bare and to_fraction(bare.group(1)) != value:
+            return f"another answer after the final answer ({bare.group(1)})"
+        if _CONCLUSION_RE.match(sentence) and not sentence.endswith("?") and not _TO_THE_READER_RE.search(sentence):
+            numbers = _values(sentence)
+            if numbers and value not in numbers:
+                return f"another answer after the final answer ({sentence[:40]})"
+    return None
+
+
+def prefix_problem(text: str) -> str | None:
+    """A hedge in the text that leads up to a final answer's marker within its sentence or line ("I think the
+    answer is 18", "Probably: #### 18"); a correction there is fine (it corrects *to* this answer)."""
+    sentence = _sentences(text)[-1] if text.strip() else ""
+    hedge = _hedge(sentence) if sentence else None
+    return None if hedge is None else f"a hedged final answer ({hedge.group(0).strip()})"
+
+
+_SIGN_OFF_RE = re.compile(
+    r"\b(?:let\s+me\s+know|feel\s+free|hope\s+(?:this|that|it)\s+helps|happy\s+to|glad\s+to|good\s+luck|cheers"
+    r"|thanks|thank\s+you|any\s+(?:other\s+|more\s+|further\s+)?questions|(?:need|want)\s+(?:any\s+)?(?:more\s+)?help"
+    r"|if\s+you\s+(?:have|need|want|would|'d|'re)|would\s+you\s+like|do\s+you\s+want|want\s+me\s+to|shall\s+i"
+    r"|should\s+i)\b", re.IGNORECASE)
+
+
+def is_sign_off(sentence: str) -> bool:
+    """A closing remark to the reader (a question, "let me know", "hope this helps", "good luck"...): the
+    last-sentence fallback looks for the answer before it."""
+    return sentence.rstrip(" )*_\"'").endswith("?") or _SIGN_OFF_RE.search(sentence) is not None
+
+
+def after_thinking(text: str) -> tuple[str, int]:
+    """``(text after the last "</think>", its offset)``: reasoning before it is scratch work, not the answer."""
+    end = text.rfind("</think>")
+    return (text, 0) if end < 0 else (text[end + len("</think>"):], end + len("</think>"))
+
+
+# ------------------------------------------------------------------------------- what the clause may hold
+_SIGNED_CURRENCY_RE = re.compile(r"[-−]\s*\$\s*(?=\d)|\$\s*[-−]\s*(?=\d)")  # -$18, $-18: the sign stays
+_NEGATION_RE = re.compile(
+    r"!=|≠|=/=|\\neq?\b|\\not\b|[<>≤≥≈~]|\\(?:approx|sim|leq?|geq?|lt|gt)\b"
+    r"|\b(?:not|no|never|isn'?t|neither|nor|except|other than|instead of|rather than|about|approximately|around"
+    r"|roughly|nearly|almost|at least|at most|more than|less than|fewer than|greater than|up to|between|over|under)\b",
+    re.IGNORECASE,
+)
+_MULTIPLIER_RE = re.compile(
+    r"\d(?:\s*[eE][+-]?\d|(?:k|K|M|B|bn|Bn|BN)\b|\s*(?:x|×|\*|\\times|\\cdot)\s*10\s*\^"
+    r"|\s*(?:thousand|million|billion|trillion|hundred|dozen|grand|lakh|crore)s?\b)",
+    re.IGNORECASE,
+)
+_OPERATOR_RE = re.compile(r"\*|[+×·÷^√]|\\(?:times|cdot|div|sqrt|pm|mp|lor|land|vee|wedge|cup|cap)\b|\bsqrt\b"
+                          r"|(?<=[\d)}])\s*[-−–]\s*(?=[\d($\\])")
+_UNIT_POWER_RE = re.compile(r"(?<=[^\W\d_])\^\{?[23]\}?(?!\d)")  # m^2, cm^{3}: a unit, not an operator
+_CLAUSE_HEDGE_RE = re.compile(
+    r"\b(?:approx\.?|or (?:more|less|so|fewer|above|below)|rounded|estimated?|maybe|perhaps|probably|possibly"
+    r"|likely|give or take|plus or minus|circa|ca\.|then again|or rather|on second thought)(?!\w)|(?<=\d)\s*-?ish\b",
+    re.IGNORECASE)
+_OR_BETWEEN_RE = re.compile(r"\d[^\W\d_]*\s*,?\s*(?:or|nor|and/or)\s+(?:[^\W\d_]+\s+){0,2}?" + _NUM, re.IGNORECASE)
+_MALFORMED_NUMBER_RE = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}|(?<![\d_])\d+(?:_+\d+)+")  # 18.0.0, 18_19
+# what the answer's value is taken after: the last "=", or a connective that leads to a consequence ("9 eggs at $2,
+# so she makes $18": the value is after "so")
+_RESULT_LEAD_RE = re.compile(r"=|(?:,\s*|\b)(?:so|thus|therefore|hence|making|giving|which\s+gives|for\s+a\s+total\s+of"
+                             r"|which\s+means|that\s+means|meaning)\b", re.IGNORECASE)
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\n")
+
+
+def _result_tail(clause: str) -> str:
+    last = None
+    for last in _RESULT_LEAD_RE.finditer(clause):
+        pass
+    return clause if last is None else clause[last.end():]
+
+
+def _cleaned(answer: str) -> str:
+    return unemphasize(clean_latex(CALCULATOR_RE.sub("", answer)))
+
+
+def answer_value(answer: str) -> Fraction | None:
+    """The value an answer states (its clause's number, after the last ``=`` or "so"), ``None`` if none."""
+    clause, _ = split_clause(_cleaned(answer))
+    numbers = NUMBER_RE.findall(_SIGNED_CURRENCY_RE.sub("-", _result_tail(clause)))
+    return to_fraction(numbers[0]) if numbers else None
+
+
+def answer_problem(answer: str, *, later_sentences: bool = True) -> str | None:
+    """Why a final answer's text breaks the one-answer rule, or ``None`` if it keeps it.
+
+    The answer's clause (:func:`split_clause`), after its last ``=`` (or "so", "making", "for a total of"), states
+    **exactly one number**, with no negation or comparison (``not 18``, ``!= 18``, ``about 18``, ``> 18``), no
+    operator (``18**2``, ``9^{9^{9}}``, ``\\sqrt{324}``, ``20 - 2``, ``19 \\lor 18``), no unit multiplier (``18e3``,
+    ``18k``, ``18 thousand``) and no hedge (``18ish``, ``18 or more``, ``probably 18``); a sign before a currency sign
+    counts (``-$18`` is -18). Thousands separators, currency, ``%``, units (``18 m^2``) and words around the number,
+    ``\\frac{a}{b}``, ``a/b`` and mixed numbers, ``\\boxed{}`` and ``\\text{}`` are fine. Also wrong: something that is
+    not one number (``18.0.0``, ``18_19``) and no number at all (``eighteen``: write it in digits). With
+    ``later_sentences``, what follows the clause in ``answer`` must keep :func:`later_problem`'s rule.
+
+    >>> answer_problem("$70,000"), answer_problem("18 or 19"), answer_problem("not 18")
+    (None, 'several candidate numbers (18, 19)', 'a negation or comparison (not)')
+    >>> answer_problem("18, since 16 - 3 - 4 = 9 eggs are sold at $2 each."), answer_problem("18. Or 19.")
+    (None, 'an alternative after the final answer (Or 19)')
+    """
+    cleaned = _cleaned(answer)
+    clause, rest = split_clause(cleaned)
+    malformed = _MALFORMED_NUMBER_RE.search(clause)
+    if malformed:
+        return f"not one number ({malformed.group(0)})"
+    signed = _SIGNED_CURRENCY_RE.sub("-", clause)
+    first_sentence = clause + _SENTENCE_END_RE.split(rest, maxsplit=1)[0]
+    negation = _NEGATION_RE.search(signed) or _CLAUSE_HEDGE_RE.search(first_sentence)
+    if negation:
+        return f"a negation or comparison ({negation.group(0).strip()})"
+    tail = _UNIT_POWER_RE.sub("", _result_tail(signed))
+    multiplier = _MULTIPLIER_RE.search(tail)
+    if multiplier:
+        return f"a unit multiplier ({multiplier.group(0)[1:].strip()})"
+    operator = _OPERATOR_RE.search(tail)
+    if operator:
+        return f"an operator ({operator.group(0).strip()})"
+    numbers = NUMBER_RE.findall(tail)
+    values = list(dict.fromkeys(to_fraction(n) for n in numbers))
+    if len(values) > 1 or _OR_BETWEEN_RE.search(signed):
+        shown = numbers if len(values) > 1 else NUMBER_RE.findall(signed)
+        return f"several candidate numbers ({', '.join(n.strip() for n in shown[:4])})"
+    if not numbers:
+        return "no number (write the answer in digits)"
+    return later_problem(rest, values[0]) if later_sentences else None
