@@ -249,6 +249,7 @@ def fork_repl(sandbox: Sandbox, channel) -> tuple[CopyChannel, float]:
                               inner_ids=inner, map_outer_ids=inner, reparent=False, write_id_maps=write_id_maps,
                               cwd=SCRATCH, writable_paths=(SCRATCH,), seccomp_filters=filters, setup=setup,
                               pidfd=True, reap=True, target_pidfd=channel.pidfd)
+    forked.channel.shutdown(socket.SHUT_RD)  # the copy's end refuses every send, as a zygote's REPL's does
     copy = CopyChannel(forked.channel, forked.pid, forked.pidfd, channel.channel_fd, sandbox.config, filters)
     return copy, time.perf_counter() - started
 

@@ -616,6 +616,10 @@ class Zygote:
         if status != b"ready":  # the REPL could not confine itself: it never runs user code
             handoff.send(json.dumps({"failed": status.decode(errors="replace") or "the REPL died"}).encode())
             self.mirror(repl)
+        # From here the socket only brings the REPL its calls: shutting down this end's reading makes the REPL's end
+        # refuse every send (EPIPE), so user code can write nothing to it, pass no descriptor back and flood nothing
+        # (docs/security.md, "The reply channel").
+        relay_sock.shutdown(socket.SHUT_RD)
         handoff.send(json.dumps({"repl": repl, "channel_fd": repl_fd}).encode())
         _, fds, _, _ = socket.recv_fds(handoff, 16, 2)
         handoff.close()
