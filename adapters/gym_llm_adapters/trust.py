@@ -218,6 +218,8 @@ def _sandbox_settings() -> dict[str, Rule]:
         "allow_subprocess": one_of((False,), "lets the model's code start processes"),
         "cgroups": one_of(("auto", "required"), "'off' drops the sandbox's memory and pids cgroup"),
         "extra_ro_paths": never("binds host paths into the sandbox, where the model's code reads them"),
+        "family_memory_mb": never("sets the memory a REPL's copies may take together (only its default, derived "
+                                  "from the limits above, may come from a file)"),
         **{name: limit(name) for name in ("memory_limit_mb", "cpu_limit_s", "file_size_limit_mb", "max_open_files",
                                           "max_threads", "scratch_size_mb", "max_files")},
         # wall-clock waits and output sizes confine nothing; preloads import inside the sandbox; symlinks live in the

@@ -58,6 +58,13 @@ class SandboxConfig:
             REPL where possible (bubblewrap, no ``allow_subprocess``, x86-64 Linux >= 5.6, a REPL with one thread
             and no mapped scratch files), else re-running its calls in a fresh REPL (the reason is logged);
             ``"copy"``: copy-on-write or a ``ForkError``; ``"replay"``: always re-run the calls.
+        family_memory_mb: on a host without a memory cgroup, the most memory a REPL and its live copy-on-write copies
+            (its *family*, which shares one sandbox) may take together. Each member is charged what it could take
+            alone, ``memory_limit_mb + scratch_size_mb`` (its ``RLIMIT_AS`` and its own scratch tmpfs: without a
+            cgroup nothing counts the pages they share), and a fork past the budget is refused: ``fork="auto"`` then
+            re-runs the calls in a fresh sandbox (bounded like any episode), ``fork="copy"`` raises ``ForkError``.
+            Default (``None``): ``4 * (memory_limit_mb + scratch_size_mb)``, a REPL and three copies. Where a memory
+            cgroup exists, the family shares the sandbox's (one REPL's budget) and this is not used.
     """
 
     isolation: Isolation = "bwrap"
@@ -80,6 +87,13 @@ class SandboxConfig:
     max_episodes_per_sandbox: int = 1000
     startup_timeout_s: float = 30.0
     fork: Literal["auto", "copy", "replay"] = "auto"
+    family_memory_mb: int | None = None
+
+    @property
+    def family_budget_mb(self) -> int:
+        """``family_memory_mb``, or its default: room for a REPL and three copies."""
+        per_member = self.memory_limit_mb + self.scratch_size_mb
+        return self.family_memory_mb if self.family_memory_mb is not None else 4 * per_member
 
     def __post_init__(self) -> None:
         if self.isolation not in ("bwrap", "none"):
@@ -101,6 +115,11 @@ class SandboxConfig:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
         if self.memory_limit_mb < 64:
             raise ValueError(f"memory_limit_mb must be >= 64 (the interpreter alone needs ~30 MB), got {self.memory_limit_mb}.")
+        if self.family_memory_mb is not None and (isinstance(self.family_memory_mb, bool)
+                                                  or not isinstance(self.family_memory_mb, int)
+                                                  or self.family_memory_mb < self.memory_limit_mb + self.scratch_size_mb):
+            raise ValueError(f"family_memory_mb must be None or an int >= memory_limit_mb + scratch_size_mb "
+                             f"({self.memory_limit_mb + self.scratch_size_mb}: one REPL), got {self.family_memory_mb!r}.")
         if self.max_threads < 2:
             raise ValueError(f"max_threads must be >= 2 (the interpreter's main thread counts), got {self.max_threads}.")
         if self.max_files < 16:

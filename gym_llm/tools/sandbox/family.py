@@ -272,15 +272,27 @@ class Family:
         self.root = _Member(root, None)
         self.lock = threading.Lock()
         self.ended = False
+        self.members = 1  # the REPLs of the family now: live ones, and retired ones kept (stopped) for their copies
+        config = sandbox.config
+        self.member_mb = config.memory_limit_mb + config.scratch_size_mb  # what one member can take at most
+        # With a memory cgroup the kernel counts the family's pages together in the sandbox's cgroup; without one,
+        # each member is charged what it can take, against the family's budget.
+        self.budget_mb = None if sandbox.cgroup is not None else config.family_budget_mb
 
     def fork(self, member: _Member) -> tuple[_Member, float]:
-        """A live copy of ``member`` (raises ``CowForkError``)."""
+        """A live copy of ``member`` (raises ``CowForkError``, e.g. past the family's memory budget)."""
         with self.lock:
             if self.ended or not member.live:
                 raise cowfork.CowForkError("the REPL to fork has ended")
+            if self.budget_mb is not None and (self.members + 1) * self.member_mb > self.budget_mb:
+                raise cowfork.CowForkError(
+                    f"the family's memory budget is spent: {self.members} REPLs of up to {self.member_mb} MiB each "
+                    f"(memory_limit_mb + scratch_size_mb; no memory cgroup on this host counts what they share) "
+                    f"leave no room for another in family_memory_mb={self.budget_mb}")
             channel, took = fork_repl(self.sandbox, member.channel)
             child = _Member(channel, member)
             member.children.append(child)
+            self.members += 1
             return child, took
 
     def retire(self, member: _Member) -> None:
@@ -311,6 +323,7 @@ class Family:
             member.channel.kill()
             member.channel.close()
             member.parent.children.remove(member)
+            self.members -= 1
             member = member.parent
 
     def _end(self) -> None:

@@ -110,6 +110,26 @@ def read_frame(fd, limit, deadline=None):
     return read_exact(fd, size, deadline) if size <= limit else None
 
 
+def data_extents(fd, size):
+    """The ``(start, end)`` byte ranges of ``fd`` that hold data, up to ``size`` (``SEEK_DATA``/``SEEK_HOLE``; a
+    filesystem without them reports the whole file as data)."""
+    import errno
+
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from here
+                return
+            raise
+        if start >= size:
+            return
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        yield start, end
+        offset = end
+
+
 class Libc:
     """The few syscalls the standard library does not wrap (or not in every Python version)."""
 
@@ -499,12 +519,15 @@ class Zygote:
             dst_fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                              dir_fd=dst)
             try:
-                left, offset = os.fstat(src_fd).st_size, 0
-                while left > 0:  # (copy_file_range fails across two tmpfs instances on some kernels)
-                    sent = os.sendfile(dst_fd, src_fd, offset, min(left, 1 << 24))
-                    if sent <= 0:
-                        break
-                    left, offset = left - sent, offset + sent
+                size = os.fstat(src_fd).st_size
+                for start, end in data_extents(src_fd, size):  # holes stay holes: a sparse file costs its data only
+                    os.lseek(dst_fd, start, os.SEEK_SET)
+                    while start < end:  # (copy_file_range fails across two tmpfs instances on some kernels)
+                        sent = os.sendfile(dst_fd, src_fd, start, min(end - start, 1 << 24))
+                        if sent <= 0:
+                            break
+                        start += sent
+                os.ftruncate(dst_fd, size)
                 os.chmod(dst_fd, stat.S_IMODE(st.st_mode))
                 os.utime(dst_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
