@@ -26,11 +26,11 @@ Public API: :func:`score` (1.0 or 0.0), :func:`grade` (the details), :func:`extr
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
+from gym_llm.core.forksafe import ForkSafeLock
 from gym_llm.rewards.final_answer import (after_thinking, answer_problem, answer_value, is_sign_off, later_problem,
                                           prefix_problem, split_clause)
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, parse_number, plain_value, unemphasize
@@ -206,7 +206,7 @@ GRADING_TIMEOUT_S = 5.0
 :mod:`gym_llm.rewards.deadline`); past it the answer is graded wrong with a ``reward_error``."""
 
 _POOL = None
-_POOL_LOCK = threading.Lock()
+_POOL_LOCK = ForkSafeLock()
 
 
 def _math_verify_pool():
