@@ -108,13 +108,15 @@ def _edit(start_line, end_line, replacement):
     return "File updated.\n" + _show()
 
 
-def _run_child(argv, timeout_s, max_chars, stdin=None, env_extra=None, cwd=WORKSPACE):
+def _run_child(argv, timeout_s, max_chars, stdin=None, env_extra=None, cwd=WORKSPACE, cpu_s=None):
+    """Run ``argv``; killed with everything it started past ``timeout_s`` wall-clock seconds or, with ``cpu_s``, past
+    that many CPU-seconds (``RLIMIT_CPU``: SIGXCPU, then SIGKILL a second later) — ``timed_out`` either way."""
     env = {"PATH": f"{_BIN}:/usr/bin:/bin", "HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONPATH": _CHILD_PATH,
            "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONDONTWRITEBYTECODE": "1", **(env_extra or {})}
     start = time.monotonic()
     child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+                             stderr=subprocess.PIPE, preexec_fn=None if cpu_s is None else _cpu_limit(cpu_s))
     try:
         stdout, stderr = child.communicate(stdin.encode() if stdin is not None else b"", timeout=timeout_s)
         timed_out = False
@@ -123,9 +125,26 @@ def _run_child(argv, timeout_s, max_chars, stdin=None, env_extra=None, cwd=WORKS
         stdout, stderr = child.communicate()
         timed_out = True
     _kill_all()  # nothing a command starts outlives it (background jobs included)
+    if cpu_s is not None and child.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not timed_out:
+        timed_out = child.returncode == -signal.SIGXCPU or _cpu_spent() >= cpu_s
     return {"returncode": child.returncode, "timed_out": timed_out, "duration_s": time.monotonic() - start,
             "stdout": _cap(stdout.decode("utf-8", "replace"), max_chars),
             "stderr": _cap(stderr.decode("utf-8", "replace"), max_chars)}
+
+
+def _cpu_limit(cpu_s):
+    import math
+    import resource
+
+    seconds = max(1, math.ceil(cpu_s))
+    return lambda: resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+
+
+def _cpu_spent():
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _kill_all():
@@ -184,7 +203,7 @@ def _read_files(names, max_bytes):
     return out
 
 
-def _grade(private_dir, files, argv, timeout_s, max_chars):
+def _grade(private_dir, files, argv, timeout_s, max_chars, cpu_s=None):
     """A fresh workspace from the pristine files, the submission written into it, the evaluation run."""
     _copy_tree(os.path.join(private_dir, "workspace"), _REAL_WORKSPACE)
     data = os.path.join(private_dir, "data")
@@ -196,7 +215,7 @@ def _grade(private_dir, files, argv, timeout_s, max_chars):
         with open(target, "wb") as f:
             f.write(base64.b64decode(content))
     argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
-    return _run_child(argv, timeout_s, max_chars, cwd=WORKSPACE)
+    return _run_child(argv, timeout_s, max_chars, cwd=WORKSPACE, cpu_s=cpu_s)
 
 
 def _serve_submission(public_dir, files, bridge, call, reply, seed, modules, timeout_s, max_chars):

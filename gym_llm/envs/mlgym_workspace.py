@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.pool import SandboxPool
 from gym_llm.tools.sandbox.process import ReplChannel, Sandbox, SandboxError, _sandbox_path
@@ -80,7 +81,7 @@ class SandboxREPL:
             raise
 
     def _load(self) -> None:
-        reply = self.channel.execute(_RUNTIME.read_text(encoding="utf-8"), timeout_s=_SETUP_TIMEOUT_S)
+        reply = self.channel.execute(_RUNTIME.read_text(encoding="utf-8"), timeout_s=load_scaled(_SETUP_TIMEOUT_S))
         if reply.status != "ok":
             raise SandboxError(f"the MLGym runtime did not load in the sandbox ({reply.status}): {reply.error}")
 
@@ -129,7 +130,7 @@ class WorkspaceSession:
             if self.lost:
                 raise SandboxError("the workspace was lost earlier in this episode")
             self.repl = SandboxREPL(self.pool)
-            setup = self.repl.call("setup", _SETUP_TIMEOUT_S, public_dir=self.repl.inside(self.public_dir))
+            setup = self.repl.call("setup", load_scaled(_SETUP_TIMEOUT_S), public_dir=self.repl.inside(self.public_dir))
             if not setup["ok"]:
                 raise SandboxError(f"setting up the workspace failed: {setup['error']}")
         try:
@@ -141,7 +142,7 @@ class WorkspaceSession:
 
     def read_files(self, names: tuple[str, ...], max_bytes: int) -> dict[str, bytes | None]:
         """The submission files' bytes (None: missing, a link, or larger than ``max_bytes``)."""
-        reply = self.call("read_files", _SETUP_TIMEOUT_S, names=list(names), max_bytes=max_bytes)
+        reply = self.call("read_files", load_scaled(_SETUP_TIMEOUT_S), names=list(names), max_bytes=max_bytes)
         if not reply["ok"]:
             raise SandboxError(f"reading the submission failed: {reply['error']}")
         return {k: (base64.b64decode(v) if v is not None else None) for k, v in reply["result"].items()}
@@ -241,10 +242,11 @@ def evaluate(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv
 
         def serve() -> None:
             try:
+                wall_s = load_scaled(timeout_s)  # it serves as long as the evaluation may run (see _grade)
                 served.update(runner.call(
-                    "serve_submission", timeout_s + 20, public_dir=runner.inside(code.public_dir), files=encoded,
+                    "serve_submission", wall_s + 20, public_dir=runner.inside(code.public_dir), files=encoded,
                     bridge=bridge, call=runner.inside(call), reply=runner.inside(reply), seed=code.seed,
-                    modules=sorted(modules.values()), timeout_s=timeout_s, max_chars=max_chars))
+                    modules=sorted(modules.values()), timeout_s=wall_s, max_chars=max_chars))
             except SandboxError as e:
                 served["sandbox_error"] = str(e)
 
@@ -297,8 +299,11 @@ def _grade(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: 
         return Evaluation({}, "", None, False, f"the grading sandbox did not start: {e}", environment_error=True)
     try:
         encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
-        reply = repl.call("grade", timeout_s + 20, private_dir=repl.inside(private_dir), files=encoded, argv=argv,
-                          timeout_s=timeout_s, max_chars=max_chars)
+        # the evaluation's budget is CPU time (what it computes does not slow down on a loaded machine); the wall
+        # clock is only a backstop for one that waits, stretched by the load
+        wall_s = load_scaled(timeout_s)
+        reply = repl.call("grade", wall_s + 20, private_dir=repl.inside(private_dir), files=encoded, argv=argv,
+                          timeout_s=wall_s, max_chars=max_chars, cpu_s=timeout_s)
     except SandboxError as e:
         return Evaluation({}, "", None, False, f"the grading sandbox failed: {e}", environment_error=True)
     finally:
@@ -308,7 +313,8 @@ def _grade(pool: SandboxPool, private_dir: Path, files: dict[str, bytes], argv: 
     run = reply["result"]
     output = run["stdout"] + run["stderr"]
     if run["timed_out"]:
-        return Evaluation({}, output, run["returncode"], True, f"the evaluation ran longer than {timeout_s:g} s")
+        return Evaluation({}, output, run["returncode"], True,
+                          f"the evaluation used more than {timeout_s:g} CPU-seconds, or ran {wall_s:.0f} s")
     metrics = parse_metrics(run["stdout"])
     if metrics is None:
         return Evaluation({}, output, run["returncode"], False,

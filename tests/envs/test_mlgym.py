@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -174,6 +175,46 @@ def test_an_evaluation_that_cannot_run_here_is_a_reward_error_never_a_score():
     finally:
         handler.grading_pool = working
         broken.close()
+        env.close()
+
+
+def _spin_task(root: Path) -> Path:
+    """A CSV task (a checkout of one) whose evaluation computes for as long as the submission's one number says."""
+    (root / "configs" / "tasks").mkdir(parents=True)
+    (root / "data" / "spin").mkdir(parents=True)
+    (root / "data" / "spin" / "evaluate.py").write_text(
+        "import json, time\nseconds = float(open('/home/agent/workspace/submission.csv').read().split()[-1])\n"
+        "end = time.process_time() + seconds\nwhile time.process_time() < end:\n    pass\n"
+        "print(json.dumps({'Score': seconds}))\n")
+    (root / "data" / "spin" / "sample_submission.csv").write_text("seconds\n0\n")
+    config = root / "configs" / "tasks" / "spin.yaml"
+    config.write_text("id: spin\nname: Spin\ndescription: Write `submission.csv`.\ntask_entrypoint: CSVSubmissionTasks\n"
+                      "starter_code:\n  - data/spin/evaluate.py\nevaluation_paths:\n  - evaluate.py\n"
+                      "sample_submission: data/spin/sample_submission.csv\nbaseline_scores:\n  - Score: 0.1\n")
+    return config
+
+
+def test_the_evaluation_budget_is_cpu_time(tmp_path):
+    """``eval_timeout_s`` bounds the evaluation's CPU time (the wall clock, stretched by the load, is only a
+    backstop for one that waits): an evaluation that computes for 0.5 s scores, one that would compute for 60 s is
+    stopped at its 2 CPU-seconds, as a time-out of the submission (no reward_error)."""
+    import gym_llm  # noqa: F401
+
+    env = gym.make("LLMMLGym-v0", task_config_path=str(_spin_task(tmp_path)), reward="metric", eval_timeout_s=2.0,
+                   max_turns=4)
+    try:
+        for seconds, scores in ((0.5, True), (60, False)):
+            env.reset(seed=0)
+            env.step(EXAMPLE.call("create", filename="submission.csv", content=f"seconds\n{seconds}\n"))
+            started = time.monotonic()
+            _, reward, terminated, _, info = env.step(EXAMPLE.call("submit"))
+            assert terminated and "reward_error" not in info, info
+            if scores:
+                assert reward == pytest.approx(seconds) and not info["evaluation_error"], info
+            else:
+                assert math.isnan(info["metric"]) and "CPU-seconds" in info["evaluation_error"], info
+                assert time.monotonic() - started < 30
+    finally:
         env.close()
 
 

@@ -53,7 +53,8 @@ class SandboxConfig:
             ``(("/scratch/workspace", "/home/agent/workspace"),)`` so code that hard-codes a path reaches the
             episode's scratch dir (each REPL resolves the link in its own mount namespace, to its own scratch).
         max_episodes_per_sandbox: a sandbox is replaced after this many episodes.
-        startup_timeout_s: how long starting one sandbox may take.
+        startup_timeout_s: how long starting one sandbox may take on an idle machine; the wait is stretched by the
+            load (:func:`gym_llm.core.load.load_scaled`: up to 8x when every core has several runnable tasks).
         fork: how a session's fork gets the REPL's state. ``"auto"`` (default): a copy-on-write fork of the live
             REPL where possible (bubblewrap, no ``allow_subprocess``, x86-64 Linux >= 5.6, a REPL with one thread
             and no mapped scratch files), else re-running its calls in a fresh REPL (the reason is logged);

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 
+from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.process import Sandbox, SandboxError
 
@@ -62,7 +63,7 @@ class SandboxPool:
             self._reserve = max(self._reserve, int(count))
             self._cond.notify_all()
             if wait:
-                deadline = time.monotonic() + self.config.startup_timeout_s * max(1, count)
+                deadline = time.monotonic() + load_scaled(self.config.startup_timeout_s) * max(1, count)
                 while len(self._idle) + self._busy < self._reserve and not self._closed:
                     self._raise_error()
                     if not self._cond.wait(max(0.0, deadline - time.monotonic())):
@@ -74,7 +75,7 @@ class SandboxPool:
         Raises:
             SandboxError: the pool is closed, sandboxes fail to start, or ``timeout_s`` passed.
         """
-        timeout_s = self.config.startup_timeout_s if timeout_s is None else timeout_s
+        timeout_s = load_scaled(self.config.startup_timeout_s) if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._waiting += 1

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox import cgroups, userns
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
@@ -505,7 +506,7 @@ class Sandbox:
 
     @classmethod
     def _await_ready(cls, process, control, config, resources, start) -> "Sandbox":
-        control.settimeout(config.startup_timeout_s)
+        control.settimeout(load_scaled(config.startup_timeout_s))  # a readiness wait: slower under load
         try:
             message = json.loads(control.recv(1 << 16) or b"null")
         except (OSError, ValueError) as e:
