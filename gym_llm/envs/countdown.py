@@ -19,11 +19,11 @@ from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 from gym_llm.envs.common import take_arguments, with_arguments_of
 from gym_llm.envs.scored import Grade, scored_reply_parts
-from gym_llm.rewards.answers import final_answer
+from gym_llm.rewards.answers import decorations_removed, read_final_answer, tagged_answer_problem
 from gym_llm.tasks.loading import load_hub_dataset, records_from_source
 
 __all__ = ["DEFAULT_COUNTDOWN_PROMPT", "CountdownError", "LLMCountdownEnv", "build_countdown", "check_expression",
-           "evaluate", "generate_countdown", "grade_countdown", "load_countdown_tasks"]
+           "equation_of", "evaluate", "generate_countdown", "grade_countdown", "load_countdown_tasks"]
 
 DEFAULT_COUNTDOWN_PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. You can use +, -, * and / and "
@@ -163,20 +163,64 @@ def check_expression(text: str, numbers: Sequence[int], target: int, *, use_all:
     return None
 
 
+_LATEX_OPERATORS = (("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"), ("\\left", ""), ("\\right", ""))
+_TIMES_X_RE = re.compile(r"(?<=[\d)])[ \t]*[xX][ \t]*(?=[\d(])")  # 12 x (51 - 48): a times sign
+_BARE_INTEGER_RE = re.compile(r"[ \t]*[0-9]+[ \t]*")
+
+
+def equation_of(answer: str) -> tuple[str, list[str]]:
+    """``(expression, claimed)``: an answer's expression without markdown, LaTeX (``\\times``, ``\\div``, ``$``,
+    ``\\( \\)``), Unicode minus or a closing full stop, and the values it claims after ``=`` ("(51 - 48) * 12 = 36";
+    "36 = (51 - 48) * 12" reads the same).
+
+    >>> equation_of("$(51 - 48) \\\\times 12 = 36$."), equation_of("**36 = 12 x (51 − 48)**")
+    (('(51 - 48) * 12', ['36']), ('12 * (51 - 48)', ['36']))
+    """
+    text = decorations_removed(answer)
+    for old, new in _LATEX_OPERATORS:
+        text = text.replace(old, new)
+    sides = [side.strip() for side in _TIMES_X_RE.sub(" * ", text).split("=")]
+    if len(sides) == 2 and _BARE_INTEGER_RE.fullmatch(sides[0]) and not _BARE_INTEGER_RE.fullmatch(sides[1]):
+        sides.reverse()
+    return sides[0], sides[1:]
+
+
+def _claim_problem(claimed: list[str], target: int) -> str | None:
+    """Each value an answer claims after ``=`` must be the target (an equation that claims 35 states 35)."""
+    for claim in claimed:
+        try:
+            value = evaluate(claim)[0]
+        except CountdownError:
+            return f"claims {claim[:20]!r} after '=', which is not a number"
+        if value != target:
+            return f"claims {claim[:20]} after '=', not the target {target}"
+    return None
+
+
 def grade_countdown(reply: str, task: Task, *, use_all: bool = False) -> Grade:
-    """The grade of a reply: its final answer (``<answer>`` tag, else an ``Answer:`` line) checked by
-    :func:`check_expression` against the task's numbers and target."""
-    expression, found = final_answer(reply)
+    """The grade of a reply: its final answer (``<answer>`` tag, else an ``Answer:`` line; :func:`equation_of`)
+    checked by :func:`check_expression` against the task's numbers and target, and the one-final-answer rule
+    (:func:`~gym_llm.rewards.answers.tagged_answer_problem`: no other tag with a wrong equation, no hedge, and what
+    follows the tag may justify, restate or sign off but not correct it or claim another value)."""
+    read = read_final_answer(reply)
     numbers, target = task.data["nums"], int(task.data["target"])
-    if not found:
+    if not read.found:
         return Grade(False, False, "", str(target), problem="no <answer>...</answer> (or 'Answer:' line) in the reply")
-    problem = check_expression(expression, numbers, target, use_all=use_all)
+    expression, claimed = equation_of(read.text)
+    problem = check_expression(expression, numbers, target, use_all=use_all) or _claim_problem(claimed, target)
     try:
         evaluate(expression)
         formatted = True
     except CountdownError:  # not an equation at all: no format reward
         formatted = False
-    return Grade(problem is None, formatted, expression, str(target), problem=problem)
+    if problem is None:
+        def same(other: str) -> bool:  # another tag with a correct equation is not another answer
+            other_expression, other_claimed = equation_of(other)
+            return check_expression(other_expression, numbers, target, use_all=use_all) is None \
+                and _claim_problem(other_claimed, target) is None
+
+        problem = tagged_answer_problem(read, Fraction(target), same)
+    return Grade(problem is None, formatted, read.text, str(target), problem=problem)
 
 
 # ---------------------------------------------------------------------------------------------------- tasks

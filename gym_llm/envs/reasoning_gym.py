@@ -17,7 +17,8 @@ from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 from gym_llm.envs.scored import Grade, scored_reply_parts
-from gym_llm.rewards.answers import final_answer
+from gym_llm.rewards.answers import FinalAnswer, decorations_removed, read_final_answer, tagged_answer_problem
+from gym_llm.rewards.final_answer import answer_problem, answer_token, answer_value
 from gym_llm.rewards.deadline import DeadlineExceeded, isolate_hook
 
 __all__ = ["DEFAULT_REASONING_GYM_SYSTEM_PROMPT", "LLMReasoningGymEnv", "build_reasoning_gym", "dataset_names",
@@ -163,17 +164,49 @@ def _generated(dataset: str, config_key: str, size: int, seed: int) -> tuple[dic
     return tuple(_reasoning_gym().create_dataset(dataset, size=size, seed=seed, **json.loads(config_key)))
 
 
+_PLAIN_NUMBER_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def _read(read: FinalAnswer, reference: str) -> tuple[str, str | None]:
+    """``(candidate, problem)``: the form of the answer to score beside the tag's text as written, and why the
+    answer breaks the one-final-answer rule. A plain-number reference: the number the tag states
+    (``**-4**``, ``-4.``, ``x = -4``, ``18 legs`` -> ``-4``/``18``), one number only (``18 or 19`` is wrong); any
+    other: the tag without markdown, math delimiters, quotes or a closing full stop."""
+    if _PLAIN_NUMBER_RE.fullmatch(reference.strip()):
+        problem = answer_problem(read.text)
+        value = answer_value(read.text)
+
+        def same(other: str) -> bool:
+            return answer_problem(other, later_sentences=False) is None and answer_value(other) == value
+
+        candidate = answer_token(read.text) or read.text
+    else:
+        candidate, value = decorations_removed(read.text), None
+
+        def same(other: str) -> bool:
+            return decorations_removed(other) == candidate
+
+        problem = None
+    return candidate, problem or tagged_answer_problem(read, value, same)
+
+
 def _grade(reply: str, task: Task, *, scorer: Any) -> Grade:
-    answer, found = final_answer(reply)
+    read = read_final_answer(reply)
     reference = task.answer or ""
-    if not found:
+    if not read.found:
         return Grade(False, False, "", reference, score=0.0,
                      problem="no <answer>...</answer> (or 'Answer:' line) in the reply")
+    candidate, problem = _read(read, reference)
+    if problem is not None:
+        return Grade(False, True, read.text, reference, score=0.0, problem=problem)
     try:
-        score = min(1.0, max(0.0, float(scorer(answer, task.data["entry"]))))
+        score = float(scorer(read.text, task.data["entry"]))
+        if score < 1.0 and candidate != read.text:  # the same answer without its decoration: the dataset decides
+            score = max(score, float(scorer(candidate, task.data["entry"])))
+        score = min(1.0, max(0.0, score))
     except DeadlineExceeded as e:
-        return Grade(False, True, answer, reference, score=0.0, error=f"DeadlineExceeded: {e}")
-    return Grade(score >= 1.0, True, answer, reference, score=score)
+        return Grade(False, True, read.text, reference, score=0.0, error=f"DeadlineExceeded: {e}")
+    return Grade(score >= 1.0, True, read.text, reference, score=score)
 
 
 def build_reasoning_gym(*, dataset: str = "basic_arithmetic", config: Mapping[str, Any] | None = None,

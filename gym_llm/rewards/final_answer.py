@@ -31,10 +31,11 @@ from fractions import Fraction
 
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, to_fraction, unemphasize
 
-__all__ = ["after_thinking", "answer_problem", "answer_value", "is_sign_off", "later_problem", "prefix_problem",
+__all__ = ["after_thinking", "answer_problem", "answer_token", "answer_value", "derived_in", "is_sign_off", "later_problem", "prefix_problem",
            "split_clause"]
 
 _NUM = r"[-−]?\$?\s?\d"  # where a number starts (after an optional sign and currency)
+_NUMBER = _NUM + r"(?:[\d,]|\.\d)*"  # and the rest of it
 
 # ------------------------------------------------------------------------------------------------ the clause
 _JUSTIFYING = (r"since|because|as|from|which|given|after|thanks\s+to|via|due\s+to|based\s+on|i\.e\.|e\.g\.|where|when|by"
@@ -93,7 +94,7 @@ _CORRECTION_RE = re.compile(
     r"(?:\w+\s+)?(?:mistake|error|typo|slip)|my\s+(?:mistake|bad|error)|mis-?calculat\w*|mis-?count\w*|misread"
     r"|double[- ]counted|i\s+(?:forgot|missed|overlooked)|typo"
     r"|(?:that|this|which|it|the\s+above|(?:my|the)\s+(?:previous\s+|earlier\s+|first\s+|last\s+)?answer)"
-    r"\s+(?:is|was|'s)\s+(?:wrong|incorrect|a\s+mistake|an\s+error|off|not\s+right|not\s+correct|mistaken)"
+    r"(?:\s+(?:is|was)|'s)\s+(?:wrong|incorrect|a\s+mistake|an\s+error|off|not\s+right|not\s+correct|mistaken)"
     r"|(?:i\s+was|i'?m)\s+wrong|can'?t\s+be\s+right|doesn'?t\s+(?:look|seem)\s+right|doesn'?t\s+add\s+up"
     r"|should\s+(?:actually\s+)?(?:be|have\s+been|read)\s+(?:\S+\s+){0,2}?" + _NUM +
     r"|the\s+(?:correct|right|real|actual|true|corrected)\s+(?:answer|value|total|result|number|amount)"
@@ -107,39 +108,65 @@ _STRONG_HEDGE_RE = re.compile(
     r"|if\s+i'?m\s+not\s+mistaken|if\s+i\s+did\s+(?:this|that|it|the\s+math)\s+(?:right|correctly)"
     r"|if\s+my\s+(?:math|calculations?|arithmetic|reasoning|logic)\s+(?:is|are)\s+(?:right|correct)"
     r"|give\s+or\s+take|or\s+so\b|roughly|approx(?:imately|\.)?|ballpark|more\s+or\s+less|plus\s+or\s+minus"
-    r"|i'?m\s+guessing|(?:my\s+(?:best\s+)?|a\s+)guess|grain\s+of\s+salt|don'?t\s+quote\s+me"
-    r"|hope\s+(?:this|that|it|i|my\s+answer)\s+(?:is|was|'s|got\s+(?:it|this|that))\s+(?:\w+\s+)?(?:correct|right|accurate)"
+    r"|i'?m\s+guessing|(?:my\s+(?:best\s+)?|a\s+)guess|grain\s+of\s+salt|don'?t\s+quote\s+me|estimat\w*"
     r"|(?:is|are)\s+also\s+(?:possible|plausible|an?\s+option)|also\s+(?:possible|plausible)|(?:could|might|may)\s+also"
-    r"\s+be|or\s+(?:maybe|perhaps|possibly|probably))(?!\w)|(?<=\d)\s*-?ish\b",
+    r"\s+be|or\s+(?:maybe|perhaps|possibly|probably)|alternatively,?\s+(?:it\s+)?(?:could|might|may|would)\s+(?:also\s+)?be"
+    r"|(?:might|may|could|would)\s+also\s+work|also\s+works|works\s+too|would\s+work\s+too)(?!\w)|(?<=\d)\s*-?ish\b",
     re.IGNORECASE,
 )
 _WEAK_HEDGE_RE = re.compile(r"\b(?:maybe|perhaps|probably|possibly|likely|presumably|i\s+think|i\s+believe|i\s+guess"
                             r"|i\s+suppose|i'?d\s+say|(?:could|might|may)\s+be|seems?)\b", re.IGNORECASE)
 _HEDGED_NUMBER_RE = re.compile(  # "maybe 19", "probably it's 19", "I think it is 19": the hedge names a number
     r"\b(?:maybe|perhaps|probably|possibly|likely|i\s+think|i\s+believe|i\s+guess|(?:could|might|may)\s+be)"
-    r"(?:\s+(?:it'?s|it\s+is|is|be|it\s+should\s+be|closer\s+to|more\s+like|around|about))?\s+" + _NUM,
+    r"(?:\s+(?:it'?s|it\s+is|that'?s|that\s+is|is|be|it\s+should\s+be|closer\s+to|more\s+like|around|about))?\s+"
+    + _NUMBER,
     re.IGNORECASE)
 _ABOUT_THE_ANSWER_RE = re.compile(r"\b(?:answer|result|correct|right|wrong|accurate|solution|total|calculation|math)\b",
                                   re.IGNORECASE)
 _TO_THE_READER_RE = re.compile(r"\b(?:you|your|yours|you'?[a-z]+)\b", re.IGNORECASE)
 _ALTERNATIVE_RE = re.compile(  # "or 19" where a clause starts: ". Or 19.", "\nor 19", "(or 19)", ", or maybe 19"
     r"(?:^|[,;:(\[—–-])\s*(?:or|nor)\s+(?:(?:maybe|perhaps|possibly|probably|even|else|rather|just|about|it'?s|it\s+is)"
-    r"\s+){0,2}" + _NUM + r"(?:[\d,]|\.\d)*",
+    r"\s+){0,2}" + _NUMBER,
     re.IGNORECASE)
+_ALTERNATIVE_END_RE = re.compile(r"[,;)\]]|\s[—–]\s")
 _OR_FIRST_RE = re.compile(r"\W*or\b", re.IGNORECASE)  # "Or 19.", "Or maybe twenty." (but "Or, if you like, ...")
 _BARE_NUMBER_RE = re.compile(  # a sentence that is a number and little else: "19", "Or 19?", "= $20.", "So 19 dollars."
     r"[\s(\[*#>`\"']*(?:(?:or|and|so|maybe|perhaps|possibly|probably|alternatively|then|thus|hence|i\.e\.|=|~"
     r"|total:?|result:?),?\s*){0,2}[-−]?\$?\s?(\d[\d,]*(?:\.\d+)?)\s*(?:%|[^\W\d_]+)?[\s)\].!?*`\"']*",
     re.IGNORECASE)
 _CONCLUSION_RE = re.compile(
-    r"^[\s*_#>\"'(]*(?:so|thus|therefore|hence|in\s+total|in\s+all|altogether|overall|that\s+means|this\s+means"
+    r"^[\s*_#>\"'(]*(?:(?:that|this|which|it)\s+(?:comes?\s+(?:out\s+)?to|gives|makes|equals|totals|adds\s+up\s+to)"
+    r"|so|thus|therefore|hence|in\s+total|in\s+all|altogether|overall|that\s+means|this\s+means"
     r"|which\s+means|in\s+conclusion|consequently|in\s+summary|to\s+summarize|total|the\s+total|the\s+result"
     r"|result|final(?:ly)?)\b", re.IGNORECASE)
-_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|\n+|;\s*|\s+[—–]\s+|(?<=\))\s+")
+_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|\n+|;\s*|\s+[—–]\s+")
 
 
 def _sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCES_RE.split(text) if s and s.strip()]
+
+
+_WORDS_RE = re.compile(r"[^\W\d_]+")
+
+
+def _repeats(sentence: str, derived_in: str) -> bool:
+    """``sentence`` says what ``derived_in`` said, numbers aside: at least 4 words, 3/4 of all their words shared."""
+    words = {w.lower() for w in _WORDS_RE.findall(sentence)}
+    if len(words) < 4 or not _values(sentence):
+        return False
+    derived = {w.lower() for w in _WORDS_RE.findall(derived_in)}
+    return len(words & derived) >= 0.75 * len(words | derived)
+
+
+def _names_only(text: str, value: Fraction) -> bool:
+    """``text`` gives no value but ``value``: its only number, or the result of its equation."""
+    return _values(text) == [value] or ("=" in text and _results(text) == [value])
+
+
+def _results(sentence: str) -> list[Fraction]:
+    """What a sentence concludes: the first number after its last ``=``, else every number in it."""
+    after = _values(sentence.rsplit("=", 1)[-1]) if "=" in sentence else []
+    return after[:1] or _values(sentence)
 
 
 def _values(text: str) -> list[Fraction]:
@@ -156,31 +183,42 @@ def _hedge(sentence: str) -> re.Match | None:
     weak = _WEAK_HEDGE_RE.search(sentence)
     if weak is None or _TO_THE_READER_RE.search(sentence):  # "maybe you'd like to try problem 3?" is no hedge
         return None
-    about = _ABOUT_THE_ANSWER_RE.search(sentence) or NUMBER_RE.search(sentence) or len(sentence.split()) <= 3
+    about = _ABOUT_THE_ANSWER_RE.search(sentence) or len(sentence.split()) <= 3  # "I think it continues from
+    # question 2" hedges nothing the reply answered; "I think that's right" and "Probably." do
     return weak if about else None
 
 
-def later_problem(text: str, value: Fraction | None) -> str | None:
+def later_problem(text: str, value: Fraction | None, *, derived_in: str = "", answer_text: str = "") -> str | None:
     """Why ``text`` — what follows a final answer's clause (cleaned: no LaTeX, emphasis or calculator notes) —
     breaks the one-final-answer rule, or ``None`` if it only justifies, restates, adds units, signs off or asks.
-    ``value`` is the answer's value (``None``: not a number; then only the markers count)."""
-    for sentence in _sentences(text):
+    ``value`` is the answer's value (``None``: not a number; then only the markers count). ``derived_in``: the
+    sentence of the work that reached the answer; a later sentence that repeats it must repeat its number too
+    ("#### 83" then "This gives a maximum of 15 boxes." after "... = 83 boxes."). ``answer_text``: an answer that is
+    not a number; a later conclusion that states a result ("So the result is olleH.") must state it."""
+    for sentence in _sentences(text.replace("’", "'")):
         correction = _CORRECTION_RE.search(sentence) or _NO_RE.search(sentence)
         if correction:
             return f"a correction after the final answer ({correction.group(0).strip(' ,;:(—')})"
         alternative = _ALTERNATIVE_RE.search(sentence)
         if alternative is None and not _TO_THE_READER_RE.search(sentence):
             alternative = _OR_FIRST_RE.match(sentence)
+        if alternative and value is not None and _names_only(
+                _ALTERNATIVE_END_RE.split(sentence[alternative.start() + 1:], maxsplit=1)[0], value):
+            alternative = None  # "..., or 3+20=23 tattoos": the same answer said another way
         if alternative:
             return f"an alternative after the final answer ({alternative.group(0).strip(' ,;:([—–-')})"
         hedge = _hedge(sentence)
         if hedge:
             return f"a hedge after the final answer ({hedge.group(0).strip()})"
         if value is None:
+            if answer_text and _states_another(sentence, answer_text):
+                return f"another answer after the final answer ({sentence[:40]})"
             continue
         bare = _BARE_NUMBER_RE.fullmatch(sentence)
         if bare and to_fraction(bare.group(1)) != value:
             return f"another answer after the final answer ({bare.group(1)})"
+        if derived_in and _repeats(sentence, derived_in) and value not in _results(sentence):
+            return f"another answer after the final answer (it repeats the work with {_results(sentence)[-1]})"
         if _CONCLUSION_RE.match(sentence) and not sentence.endswith("?") and not _TO_THE_READER_RE.search(sentence):
             numbers = _values(sentence)
             if numbers and value not in numbers:
@@ -188,10 +226,29 @@ def later_problem(text: str, value: Fraction | None) -> str | None:
     return None
 
 
+_STATES_RE = re.compile(r"(?:\bis|\bare|=|:)\s+\S")
+
+
+def _states_another(sentence: str, answer_text: str) -> bool:
+    return (_CONCLUSION_RE.match(sentence) is not None and _STATES_RE.search(sentence) is not None
+            and not sentence.endswith("?") and answer_text.casefold() not in sentence.casefold())
+
+
+def derived_in(work: str, value: Fraction | None) -> str:
+    """The last sentence of ``work`` (cleaned text) that states ``value`` ("" if none): where the answer was reached,
+    for :func:`later_problem`'s ``derived_in``."""
+    if value is None:
+        return ""
+    for sentence in reversed(_sentences(work)):
+        if value in _values(sentence):
+            return sentence
+    return ""
+
+
 def prefix_problem(text: str) -> str | None:
     """A hedge in the text that leads up to a final answer's marker within its sentence or line ("I think the
     answer is 18", "Probably: #### 18"); a correction there is fine (it corrects *to* this answer)."""
-    sentence = _sentences(text)[-1] if text.strip() else ""
+    sentence = _sentences(text.replace("’", "'"))[-1] if text.strip() else ""
     hedge = _hedge(sentence) if sentence else None
     return None if hedge is None else f"a hedged final answer ({hedge.group(0).strip()})"
 
@@ -251,15 +308,29 @@ def _result_tail(clause: str) -> str:
     return clause if last is None else clause[last.end():]
 
 
+_STRAY_EMPHASIS_RE = re.compile(r"(?<!\d)(?:\*\*|__)|(?:\*\*|__)(?!\d)")  # "18** — because": not 18**2
+
+
 def _cleaned(answer: str) -> str:
-    return unemphasize(clean_latex(CALCULATOR_RE.sub("", answer)))
+    return _STRAY_EMPHASIS_RE.sub("", unemphasize(clean_latex(CALCULATOR_RE.sub("", answer)))).replace("’", "'")
+
+
+def answer_token(answer: str) -> str | None:
+    """The number an answer states, as written (its clause's number after the last ``=`` or "so"; thousands
+    separators dropped, a sign before a currency sign kept), ``None`` if none.
+
+    >>> answer_token("**$1,234** per month, since ..."), answer_token("x = -$4")
+    ('1234', '-4')
+    """
+    clause, _ = split_clause(_cleaned(answer))
+    numbers = NUMBER_RE.findall(_SIGNED_CURRENCY_RE.sub("-", _result_tail(clause)))
+    return numbers[0].replace(",", "").replace("−", "-").strip() if numbers else None
 
 
 def answer_value(answer: str) -> Fraction | None:
-    """The value an answer states (its clause's number, after the last ``=`` or "so"), ``None`` if none."""
-    clause, _ = split_clause(_cleaned(answer))
-    numbers = NUMBER_RE.findall(_SIGNED_CURRENCY_RE.sub("-", _result_tail(clause)))
-    return to_fraction(numbers[0]) if numbers else None
+    """:func:`answer_token` as an exact rational."""
+    token = answer_token(answer)
+    return None if token is None else to_fraction(token)
 
 
 def answer_problem(answer: str, *, later_sentences: bool = True) -> str | None:

@@ -31,7 +31,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from gym_llm.core.forksafe import ForkSafeLock
-from gym_llm.rewards.final_answer import (after_thinking, answer_problem, answer_value, is_sign_off, later_problem,
+from gym_llm.rewards.final_answer import (_CLAUSE_HEDGE_RE, after_thinking, derived_in, answer_problem, answer_value, is_sign_off, later_problem,
                                           prefix_problem, split_clause)
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, parse_number, plain_value, unemphasize
 
@@ -54,6 +54,8 @@ _SIGNED_CURRENCY_RE = re.compile(r"[-−]\s*\$\s*(?=\d)|\$\s*[-−]\s*(?=\d)")  
 _SIMPLE_ANSWER_RE = re.compile(r"(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?\.?|-(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 """One plain number, nothing else: such an answer keeps the clause rule without the full check."""
 _METHOD_RANK = {"####": 2, "boxed": 1, "statement": 0}
+_APPROXIMATE_RE = re.compile(r"(?:\b(?:around|about|approximately|approx\.?|roughly|nearly|almost|over|under|at\s+least"
+                             r"|at\s+most|more\s+than|less\s+than|fewer\s+than)|[~≈<>])\s*\$?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +196,17 @@ def _completion_problem(text: str, markers: list[_Marker], chosen: _Marker, valu
         hedged = prefix_problem(unemphasize(clean_latex(_prefix(text, marker.start))))
         if hedged:
             return hedged
-    _, rest = split_clause(unemphasize(clean_latex(CALCULATOR_RE.sub("", first.answer))))
+    _, rest = split_clause(_plain(first.answer))
     later = rest + "\n" + text[first.end:]
     if not any(c.isalnum() for c in later):  # (the common case, nothing after the answer: one string scan)
         return None
-    return later_problem(unemphasize(clean_latex(CALCULATOR_RE.sub("", later))), value)
+    return later_problem(_plain(later), value, derived_in=derived_in(_plain(text[max(0, first.start - 2000):first.start]),
+                                                                    value))
+
+
+def _plain(text: str) -> str:
+    return unemphasize(clean_latex(CALCULATOR_RE.sub("", text)))
+
 
 
 GRADING_TIMEOUT_S = 5.0
@@ -337,10 +345,14 @@ def grade(completion: str, answer: str, *, timeout_s: float | None = None) -> GS
 
 def _last_sentence_problem(text: str, extracted: str, value: Fraction | None) -> str | None:
     """A hedge in the answer's sentence, or a correction after it, when no marker states the answer."""
-    plain = unemphasize(clean_latex(CALCULATOR_RE.sub("", text)))
-    sentences = _SENTENCE_SPLIT_RE.split(plain.strip())
+    sentences = _SENTENCE_SPLIT_RE.split(_plain(text).strip())
     at = max((i for i, s in enumerate(sentences) if extracted in s and not is_sign_off(s)), default=len(sentences) - 1)
-    return prefix_problem(sentences[at]) or later_problem("\n".join(sentences[at + 1:]), value)
+    sentence = sentences[at]
+    approximate = _APPROXIMATE_RE.search(sentence[:max(0, sentence.rfind(extracted))][-30:]) \
+        or _CLAUSE_HEDGE_RE.search(sentence)
+    if approximate:
+        return f"a negation or comparison ({approximate.group(0).strip()})"
+    return prefix_problem(sentence) or later_problem("\n".join(sentences[at + 1:]), value)
 
 
 def _compared(extracted: str, method: str, reference: str, segment: str, value: Fraction | None,
