@@ -168,8 +168,8 @@ class Rates:
         return errors / sum(self.counts[grader][c][1] for c in classes)
 
 
-def rates(env: str, items: list[Item] | None = None) -> Rates:
-    items = build(env) if items is None else items
+def rates(env: str, items: list[Item] | None = None, *, batch: str = "dev") -> Rates:
+    items = build(env, batch=batch) if items is None else items
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     misses: dict[str, list[Item]] = defaultdict(list)
     for item in items:
@@ -203,10 +203,12 @@ def table(result: Rates) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", choices=ENVS, action="append", help="an env (repeatable; default: all)")
+    parser.add_argument("--batch", choices=("dev", "heldout"), default="dev",
+                        help="the corpus's endings: the ones the rule was tuned on, or the later held-out batch")
     parser.add_argument("--misses", action="store_true", help="also print gym-llm's errors")
     args = parser.parse_args()
     for env in args.env or ENVS:
-        result = rates(env)
+        result = rates(env, batch=args.batch)
         print(f"\n### {env} ({sum(t for _, t in result.counts['gym-llm'].values())} replies)\n")
         print(table(result))
         if args.misses:

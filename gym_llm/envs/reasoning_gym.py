@@ -165,13 +165,15 @@ def _generated(dataset: str, config_key: str, size: int, seed: int) -> tuple[dic
 
 
 _PLAIN_NUMBER_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_MORE_RE = re.compile(r"\s*(?:[,;/|]|\bor\b|\band\b)\s*\S", re.IGNORECASE)  # the reference, then more candidates
 
 
 def _read(read: FinalAnswer, reference: str) -> tuple[str, str | None]:
     """``(candidate, problem)``: the form of the answer to score beside the tag's text as written, and why the
     answer breaks the one-final-answer rule. A plain-number reference: the number the tag states
     (``**-4**``, ``-4.``, ``x = -4``, ``18 legs`` -> ``-4``/``18``), one number only (``18 or 19`` is wrong); any
-    other: the tag without markdown, math delimiters, quotes or a closing full stop."""
+    other: the tag without markdown, math delimiters, quotes or a closing full stop, and not the reference followed by
+    more candidates ("a, b, c, b, a, c": some scorers pay a reply whose start is right)."""
     if _PLAIN_NUMBER_RE.fullmatch(reference.strip()):
         problem = answer_problem(read.text)
         value = answer_value(read.text)
@@ -186,7 +188,8 @@ def _read(read: FinalAnswer, reference: str) -> tuple[str, str | None]:
         def same(other: str) -> bool:
             return decorations_removed(other) == candidate
 
-        problem = None
+        extra = candidate[len(reference.strip()):] if candidate.casefold().startswith(reference.strip().casefold()) else ""
+        problem = f"more than one answer ({candidate[:40]})" if reference.strip() and _MORE_RE.match(extra) else None
     return candidate, problem or tagged_answer_problem(read, value, same)
 
 

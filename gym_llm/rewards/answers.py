@@ -34,6 +34,7 @@ __all__ = ["FinalAnswer", "answer_line", "answer_tag", "decorations_removed", "f
            "tagged_answer_problem"]
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
+_ANSWER_LINE_RE = re.compile(r"^[ \t>*_#-]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*([^\n<]+)$", re.IGNORECASE | re.MULTILINE)
 
 
 def answer_tag(reply: str) -> str | None:
@@ -80,7 +81,8 @@ class FinalAnswer:
     Attributes:
         text: the answer (:func:`final_answer`'s), "" when none was found.
         found: an ``<answer>`` tag or an ``Answer:`` line was found.
-        others: the other non-empty ``<answer>`` contents after the reasoning (``</think>``), in order.
+        others: the other non-empty ``<answer>`` contents after the reasoning (``</think>``), in order, then the
+            ``Answer:`` lines after the first tag.
         prefix: the line that leads up to the first answer's tag.
         later: what follows the first answer after the reasoning (LaTeX, markdown and calculator notes removed).
         work: what leads up to the first answer (its last 2,000 characters, cleaned the same way).
@@ -130,8 +132,9 @@ def read_final_answer(reply: str) -> FinalAnswer:
     start, end, _ = tags[0]
     prefix = scope[scope.rfind("\n", 0, start) + 1:start]
     later = scope[end:].replace(_OPEN, " ").replace(_CLOSE, " ")
-    return FinalAnswer(tags[-1][2], True, tuple(c for _, _, c in tags[:-1]), _plain(prefix), _plain(later),
-                       _plain(scope[max(0, start - 2000):start]))
+    lines = tuple(m.group(1).strip(" \t*_\r") for m in _ANSWER_LINE_RE.finditer(scope, end))  # "Answer: 2" after a tag
+    others = tuple(c for _, _, c in tags[:-1]) + tuple(line for line in lines if line)
+    return FinalAnswer(tags[-1][2], True, others, _plain(prefix), _plain(later), _plain(scope[max(0, start - 2000):start]))
 
 
 def tagged_answer_problem(answer: FinalAnswer, value: Fraction | None, same: Callable[[str], bool]) -> str | None:
@@ -142,11 +145,11 @@ def tagged_answer_problem(answer: FinalAnswer, value: Fraction | None, same: Cal
         if not same(other):
             return f"several final answers ({other[:20]}, {answer.text[:20]})"
     return prefix_problem(answer.prefix) or later_problem(
-        answer.later, value, derived_in=derived_in(answer.work, value),
+        answer.later, value, derived_in=lambda: derived_in(answer.work, value),
         answer_text=decorations_removed(answer.text) if value is None else "")
 
 
-_DECORATION_RE = re.compile(r"^(?:\\\(|\\\[|\$\$?|`+|\"|“|')\s*|\s*(?:\\\)|\\\]|\$\$?|`+|\"|”|')$")
+_DECORATION_RE = re.compile(r"^(?:\\\(|\\\[|\$\$?|`+|\"|“|')\s*|(?<!\s)\s*(?:\\\)|\\\]|\$\$?|`+|\"|”|')$")
 
 
 def decorations_removed(text: str) -> str:

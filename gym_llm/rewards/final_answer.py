@@ -27,12 +27,14 @@ repeats only; ``tests/rewards/test_grading_time.py``).
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from fractions import Fraction
+from typing import Callable
 
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, to_fraction, unemphasize
 
-__all__ = ["after_thinking", "answer_problem", "answer_token", "answer_value", "derived_in", "is_sign_off", "later_problem", "prefix_problem",
-           "split_clause"]
+__all__ = ["after_thinking", "answer_problem", "answer_token", "answer_value", "derived_in", "is_sign_off", "later_problem",
+           "number_hedged", "prefix_problem", "split_clause"]
 
 _NUM = r"[-−]?\$?\s?\d"  # where a number starts (after an optional sign and currency)
 _NUMBER = _NUM + r"(?:[\d,]|\.\d)*"  # and the rest of it
@@ -84,7 +86,7 @@ def split_clause(answer: str) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------- what may not follow
 _CORRECTION_RE = re.compile(
     r"(?:^|(?<=[\s,;:(—\"'*_-]))(?:"
-    r"actually(?=\s*[,.!:]|\s+(?:\S+\s+){0,3}?" + _NUM + r"|\s*$)|(?:is|it'?s|be|'s|answer\s+is)\s+actually"
+    r"actually(?=\s*[,.!:]|\s+(?:\S+\s+){0,3}?" + _NUM + r"|\s*$)|(?:is|it'?s|be|'s|answer\s+is)\s+actually|^\W*actually"
     r"|(?<!can't )(?<!can’t )(?<!cannot )wait(?!\s+(?:for|until|till|to)\b)(?!ing)"
     r"|hold\s+on|hang\s+on|oops|whoops|correction|corrected|(?:i|we)\s+meant|i\s+mean(?=\s*,|\s+" + _NUM + r")"
     r"|scratch\s+that|strike\s+that|let\s+me\s+(?:re-?(?:check|calculate|compute|do|consider|count|think|run|examine|evaluate"
@@ -103,7 +105,7 @@ _CORRECTION_RE = re.compile(
 )
 _NO_RE = re.compile(r"^\W*no(?:pe)?\b(?!\s+(?:problem|worries|need|doubt)\b)", re.IGNORECASE)
 _STRONG_HEDGE_RE = re.compile(
-    r"\b(?:not\s+(?:[\w%]+\s+)?(?:sure|certain|confident|positive)|unsure|uncertain"
+    r"\b(?:not\s+(?:[\w%]+,?\s+)?(?:sure|certain|confident|positive)|unsure|uncertain"
     r"|(?:might|may|could)\s+(?:be\s+(?:wrong|off|mistaken|incorrect)|have\s+(?:made|gotten|got|messed|mixed|slipped))"
     r"|if\s+i'?m\s+not\s+mistaken|if\s+i\s+did\s+(?:this|that|it|the\s+math)\s+(?:right|correctly)"
     r"|if\s+my\s+(?:math|calculations?|arithmetic|reasoning|logic)\s+(?:is|are)\s+(?:right|correct)"
@@ -111,7 +113,9 @@ _STRONG_HEDGE_RE = re.compile(
     r"|i'?m\s+guessing|(?:my\s+(?:best\s+)?|a\s+)guess|grain\s+of\s+salt|don'?t\s+quote\s+me|estimat\w*"
     r"|(?:is|are)\s+also\s+(?:possible|plausible|an?\s+option)|also\s+(?:possible|plausible)|(?:could|might|may)\s+also"
     r"\s+be|or\s+(?:maybe|perhaps|possibly|probably)|alternatively,?\s+(?:it\s+)?(?:could|might|may|would)\s+(?:also\s+)?be"
-    r"|(?:might|may|could|would)\s+also\s+work|also\s+works|works\s+too|would\s+work\s+too)(?!\w)|(?<=\d)\s*-?ish\b",
+    r"|(?:might|may|could|would)\s+also\s+work|also\s+works|works\s+too|would\s+work\s+too"
+    r"|another\s+(?:option|possibility|possible\s+answer|valid\s+answer|candidate|answer)|either\s+(?:\S+\s+){0,6}?or"
+    r")(?!\w)|(?<=\d)\s*-?ish\b",
     re.IGNORECASE,
 )
 _WEAK_HEDGE_RE = re.compile(r"\b(?:maybe|perhaps|probably|possibly|likely|presumably|i\s+think|i\s+believe|i\s+guess"
@@ -128,18 +132,21 @@ _ALTERNATIVE_RE = re.compile(  # "or 19" where a clause starts: ". Or 19.", "\no
     r"(?:^|[,;:(\[—–-])\s*(?:or|nor)\s+(?:(?:maybe|perhaps|possibly|probably|even|else|rather|just|about|it'?s|it\s+is)"
     r"\s+){0,2}" + _NUMBER,
     re.IGNORECASE)
+_NUMBER_OR_NUMBER_RE = re.compile(r"(?<![\d,.])(-?\d[\d,]*(?:\.\d+)?)\s*(?:,\s*)?(?:or|nor)\s+(?:[^\W\d_]+\s+){0,2}?\$?(-?\d[\d,]*(?:\.\d+)?)",
+                                  re.IGNORECASE)
+_LIST_MARKER_RE = re.compile(r"(?m)^[ \t]*(?:\d{1,2}[.)]|[-*•+])[ \t]+")  # "1. ", "- ": a list item, not a number
 _ALTERNATIVE_END_RE = re.compile(r"[,;)\]]|\s[—–]\s")
 _OR_FIRST_RE = re.compile(r"\W*or\b", re.IGNORECASE)  # "Or 19.", "Or maybe twenty." (but "Or, if you like, ...")
 _BARE_NUMBER_RE = re.compile(  # a sentence that is a number and little else: "19", "Or 19?", "= $20.", "So 19 dollars."
     r"[\s(\[*#>`\"']*(?:(?:or|and|so|maybe|perhaps|possibly|probably|alternatively|then|thus|hence|i\.e\.|=|~"
-    r"|total:?|result:?),?\s*){0,2}[-−]?\$?\s?(\d[\d,]*(?:\.\d+)?)\s*(?:%|[^\W\d_]+)?[\s)\].!?*`\"']*",
+    r"|total:?|result:?),?\s*){0,2}([-−]?)\$?\s?(\d[\d,]*(?:\.\d+)?|\.\d+)\s*(?:%|[^\W\d_]+)?[\s)\].!?*`\"']*",
     re.IGNORECASE)
 _CONCLUSION_RE = re.compile(
     r"^[\s*_#>\"'(]*(?:(?:that|this|which|it)\s+(?:comes?\s+(?:out\s+)?to|gives|makes|equals|totals|adds\s+up\s+to)"
-    r"|so|thus|therefore|hence|in\s+total|in\s+all|altogether|overall|that\s+means|this\s+means"
+    r"|so|thus|therefore|hence|in\s+total|in\s+all|all\s+in\s+all|altogether|overall|that\s+means|this\s+means"
     r"|which\s+means|in\s+conclusion|consequently|in\s+summary|to\s+summarize|total|the\s+total|the\s+result"
     r"|result|final(?:ly)?)\b", re.IGNORECASE)
-_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|\n+|;\s*|\s+[—–]\s+")
+_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|\n+|;\s*|(?<!\s)\s+[—–]\s+")  # (?<!\s): one try per run of spaces
 
 
 def _sentences(text: str) -> list[str]:
@@ -150,17 +157,31 @@ _WORDS_RE = re.compile(r"[^\W\d_]+")
 
 
 def _repeats(sentence: str, derived_in: str) -> bool:
-    """``sentence`` says what ``derived_in`` said, numbers aside: at least 4 words, 3/4 of all their words shared."""
+    """``sentence`` says what ``derived_in`` said, numbers aside: at least 3 words, 3/4 of all their words shared."""
     words = {w.lower() for w in _WORDS_RE.findall(sentence)}
-    if len(words) < 4 or not _values(sentence):
+    if len(words) < 3 or not _values(sentence):
         return False
     derived = {w.lower() for w in _WORDS_RE.findall(derived_in)}
     return len(words & derived) >= 0.75 * len(words | derived)
 
 
-def _names_only(text: str, value: Fraction) -> bool:
-    """``text`` gives no value but ``value``: its only number, or the result of its equation."""
-    return _values(text) == [value] or ("=" in text and _results(text) == [value])
+def _alternative(sentence: str, value: Fraction | None) -> re.Match | None:
+    """"or 19" where a clause starts, a sentence that starts with "Or", or "18 or 19" naming the answer and another
+    number; not in a question to the reader ("Is there a step (1, 2, or 3) you'd like me to expand on?"), and not
+    "or" before an equation ("..., or 4 * 125 - 2 = 498 pounds": the work said another way)."""
+    if sentence.rstrip(" )*_\"'").endswith("?") and _TO_THE_READER_RE.search(sentence):
+        return None
+    found = _ALTERNATIVE_RE.search(sentence)
+    if found is None and not _TO_THE_READER_RE.search(sentence):
+        found = _OR_FIRST_RE.match(sentence)
+    if found is not None and "=" in _ALTERNATIVE_END_RE.split(sentence[found.start() + 1:], maxsplit=1)[0]:
+        found = None
+    if found is None and value is not None and not _TO_THE_READER_RE.search(sentence):
+        for pair in _NUMBER_OR_NUMBER_RE.finditer(sentence):
+            values = {to_fraction(pair.group(1)), to_fraction(pair.group(2))}
+            if value in values and len(values) == 2:
+                return pair
+    return found
 
 
 def _results(sentence: str) -> list[Fraction]:
@@ -181,30 +202,28 @@ def _hedge(sentence: str) -> re.Match | None:
     if named:
         return named
     weak = _WEAK_HEDGE_RE.search(sentence)
-    if weak is None or _TO_THE_READER_RE.search(sentence):  # "maybe you'd like to try problem 3?" is no hedge
-        return None
-    about = _ABOUT_THE_ANSWER_RE.search(sentence) or len(sentence.split()) <= 3  # "I think it continues from
-    # question 2" hedges nothing the reply answered; "I think that's right" and "Probably." do
+    if weak is None or (sentence.rstrip(" )*_\"'").endswith("?") and len(sentence.split()) > 3):
+        return None  # "maybe you'd like to try problem 3?" is no hedge; "Maybe?" is
+    # "I think it continues from question 2" hedges nothing the reply answered; "I think that's right", "I believe
+    # this is correct, but check with your teacher" and "Probably." do
+    about = _ABOUT_THE_ANSWER_RE.search(sentence) or (len(sentence.split()) <= 3 and not _TO_THE_READER_RE.search(sentence))
     return weak if about else None
 
 
-def later_problem(text: str, value: Fraction | None, *, derived_in: str = "", answer_text: str = "") -> str | None:
+def later_problem(text: str, value: Fraction | None, *, derived_in: str | Callable[[], str] = "",
+                  answer_text: str = "") -> str | None:
     """Why ``text`` — what follows a final answer's clause (cleaned: no LaTeX, emphasis or calculator notes) —
     breaks the one-final-answer rule, or ``None`` if it only justifies, restates, adds units, signs off or asks.
     ``value`` is the answer's value (``None``: not a number; then only the markers count). ``derived_in``: the
-    sentence of the work that reached the answer; a later sentence that repeats it must repeat its number too
+    sentence of the work that reached the answer (or a function that finds it, called only when needed); a later
+    sentence that repeats it must repeat its number too
     ("#### 83" then "This gives a maximum of 15 boxes." after "... = 83 boxes."). ``answer_text``: an answer that is
     not a number; a later conclusion that states a result ("So the result is olleH.") must state it."""
-    for sentence in _sentences(text.replace("’", "'")):
+    for sentence in _sentences(_LIST_MARKER_RE.sub("", text.replace("’", "'"))):
         correction = _CORRECTION_RE.search(sentence) or _NO_RE.search(sentence)
         if correction:
             return f"a correction after the final answer ({correction.group(0).strip(' ,;:(—')})"
-        alternative = _ALTERNATIVE_RE.search(sentence)
-        if alternative is None and not _TO_THE_READER_RE.search(sentence):
-            alternative = _OR_FIRST_RE.match(sentence)
-        if alternative and value is not None and _names_only(
-                _ALTERNATIVE_END_RE.split(sentence[alternative.start() + 1:], maxsplit=1)[0], value):
-            alternative = None  # "..., or 3+20=23 tattoos": the same answer said another way
+        alternative = _alternative(sentence, value)
         if alternative:
             return f"an alternative after the final answer ({alternative.group(0).strip(' ,;:([—–-')})"
         hedge = _hedge(sentence)
@@ -215,8 +234,10 @@ def later_problem(text: str, value: Fraction | None, *, derived_in: str = "", an
                 return f"another answer after the final answer ({sentence[:40]})"
             continue
         bare = _BARE_NUMBER_RE.fullmatch(sentence)
-        if bare and to_fraction(bare.group(1)) != value:
-            return f"another answer after the final answer ({bare.group(1)})"
+        if bare and to_fraction(bare.group(1) + bare.group(2)) != value:
+            return f"another answer after the final answer ({bare.group(1) + bare.group(2)})"
+        if callable(derived_in) and _values(sentence):
+            derived_in = derived_in()
         if derived_in and _repeats(sentence, derived_in) and value not in _results(sentence):
             return f"another answer after the final answer (it repeats the work with {_results(sentence)[-1]})"
         if _CONCLUSION_RE.match(sentence) and not sentence.endswith("?") and not _TO_THE_READER_RE.search(sentence):
@@ -230,8 +251,15 @@ _STATES_RE = re.compile(r"(?:\bis|\bare|=|:)\s+\S")
 
 
 def _states_another(sentence: str, answer_text: str) -> bool:
-    return (_CONCLUSION_RE.match(sentence) is not None and _STATES_RE.search(sentence) is not None
-            and not sentence.endswith("?") and answer_text.casefold() not in sentence.casefold())
+    """A conclusion that states a result other than ``answer_text``, or a sentence that is the answer changed a
+    little ("etnneritna" after "tenneritna"; the same words in another order)."""
+    if _CONCLUSION_RE.match(sentence) and _STATES_RE.search(sentence) and not sentence.endswith("?"):
+        return answer_text.casefold() not in sentence.casefold()
+    said = sentence.strip(" .!*_`\"'").casefold()
+    answer = answer_text.casefold()
+    if answer in said or not said or len(said) > 400 or abs(len(said) - len(answer)) > max(2, len(answer) // 5):
+        return False
+    return SequenceMatcher(None, said, answer, autojunk=False).ratio() >= 0.8
 
 
 def derived_in(work: str, value: Fraction | None) -> str:
@@ -245,6 +273,25 @@ def derived_in(work: str, value: Fraction | None) -> str:
     return ""
 
 
+_SPEAKER_HEDGE_RE = re.compile(
+    r"\b(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i'?d\s+say|(?:i'?m\s+)?not\s+(?:\w+\s+)?sure|probably|maybe|perhaps"
+    r"|possibly|my\s+(?:best\s+)?guess|i'?m\s+guessing|seems?\s+to\s+be|answer\s+(?:could|might|may)\s+be)\b",
+    re.IGNORECASE)
+
+
+def number_hedged(sentence: str, number: str) -> str | None:
+    """For an answer read from a sentence with no marker: a hedge of the speaker's before its (last) ``number``
+    ("My best guess is 18", "I'd say 18"), an approximation right before it ("around 18"), or one in its clause
+    after it ("18, maybe", "18 or so"). Words of the story are not hedges ("he estimates the height as 340 feet")."""
+    at = sentence.rfind(number)
+    if at < 0:
+        return None
+    before, after = sentence[:at], sentence[at:]
+    found = (_SPEAKER_HEDGE_RE.search(before) or _APPROXIMATE_RE.search(before[-30:])
+             or _CLAUSE_HEDGE_RE.search(split_clause(after)[0]))
+    return None if found is None else f"a hedged final answer ({found.group(0).strip()})"
+
+
 def prefix_problem(text: str) -> str | None:
     """A hedge in the text that leads up to a final answer's marker within its sentence or line ("I think the
     answer is 18", "Probably: #### 18"); a correction there is fine (it corrects *to* this answer)."""
@@ -254,16 +301,21 @@ def prefix_problem(text: str) -> str | None:
 
 
 _SIGN_OFF_RE = re.compile(
-    r"\b(?:let\s+me\s+know|feel\s+free|hope\s+(?:this|that|it)\s+helps|happy\s+to|glad\s+to|good\s+luck|cheers"
-    r"|thanks|thank\s+you|any\s+(?:other\s+|more\s+|further\s+)?questions|(?:need|want)\s+(?:any\s+)?(?:more\s+)?help"
+    r"^\W*(?:thanks|thank\s+you|cheers)|\b(?:let\s+me\s+know|feel\s+free|hope\s+(?:this|that|it)\s+helps|happy\s+to"
+    r"|glad\s+to|good\s+luck|any\s+(?:other\s+|more\s+|further\s+)?questions|(?:need|want)\s+(?:any\s+)?(?:more\s+)?help"
     r"|if\s+you\s+(?:have|need|want|would|'d|'re)|would\s+you\s+like|do\s+you\s+want|want\s+me\s+to|shall\s+i"
     r"|should\s+i)\b", re.IGNORECASE)
 
 
+_ASKS_RE = re.compile(r"^\W*(?:does|do|did|would|want|shall|should|can|could|is|are|any|how|what|which|may|will)\b",
+                      re.IGNORECASE)
+
+
 def is_sign_off(sentence: str) -> bool:
-    """A closing remark to the reader (a question, "let me know", "hope this helps", "good luck"...): the
+    """A closing remark to the reader (a question to them, "let me know", "hope this helps", "good luck"...): the
     last-sentence fallback looks for the answer before it."""
-    return sentence.rstrip(" )*_\"'").endswith("?") or _SIGN_OFF_RE.search(sentence) is not None
+    asks = sentence.rstrip(" )*_\"'").endswith("?") and (_ASKS_RE.match(sentence) or _TO_THE_READER_RE.search(sentence))
+    return bool(asks) or _SIGN_OFF_RE.search(sentence) is not None
 
 
 def after_thinking(text: str) -> tuple[str, int]:
@@ -274,6 +326,8 @@ def after_thinking(text: str) -> tuple[str, int]:
 
 # ------------------------------------------------------------------------------- what the clause may hold
 _SIGNED_CURRENCY_RE = re.compile(r"[-−]\s*\$\s*(?=\d)|\$\s*[-−]\s*(?=\d)")  # -$18, $-18: the sign stays
+_APPROXIMATE_RE = re.compile(r"(?:\b(?:around|about|approximately|approx\.?|roughly|nearly|almost|over|under|at\s+least"
+                             r"|at\s+most|more\s+than|less\s+than|fewer\s+than)|[~≈<>])\s*\$?\s*$", re.IGNORECASE)
 _NEGATION_RE = re.compile(
     r"!=|≠|=/=|\\neq?\b|\\not\b|[<>≤≥≈~]|\\(?:approx|sim|leq?|geq?|lt|gt)\b"
     r"|\b(?:not|no|never|isn'?t|neither|nor|except|other than|instead of|rather than|about|approximately|around"
@@ -292,7 +346,7 @@ _CLAUSE_HEDGE_RE = re.compile(
     r"\b(?:approx\.?|or (?:more|less|so|fewer|above|below)|rounded|estimated?|maybe|perhaps|probably|possibly"
     r"|likely|give or take|plus or minus|circa|ca\.|then again|or rather|on second thought)(?!\w)|(?<=\d)\s*-?ish\b",
     re.IGNORECASE)
-_OR_BETWEEN_RE = re.compile(r"\d[^\W\d_]*\s*,?\s*(?:or|nor|and/or)\s+(?:[^\W\d_]+\s+){0,2}?" + _NUM, re.IGNORECASE)
+_OR_BETWEEN_RE = re.compile(r"\d[^\W\d_]*\s*(?:,\s*)?(?:or|nor|and/or)\s+(?:[^\W\d_]+\s+){0,2}?" + _NUM, re.IGNORECASE)
 _MALFORMED_NUMBER_RE = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}|(?<![\d_])\d+(?:_+\d+)+")  # 18.0.0, 18_19
 # what the answer's value is taken after: the last "=", or a connective that leads to a consequence ("9 eggs at $2,
 # so she makes $18": the value is after "so")

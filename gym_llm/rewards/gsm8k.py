@@ -31,8 +31,8 @@ from fractions import Fraction
 from functools import lru_cache
 
 from gym_llm.core.forksafe import ForkSafeLock
-from gym_llm.rewards.final_answer import (_CLAUSE_HEDGE_RE, after_thinking, derived_in, answer_problem, answer_value, is_sign_off, later_problem,
-                                          prefix_problem, split_clause)
+from gym_llm.rewards.final_answer import (after_thinking, answer_problem, answer_token, answer_value, derived_in,
+                                          is_sign_off, later_problem, number_hedged, prefix_problem, split_clause)
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, parse_number, plain_value, unemphasize
 
 __all__ = ["GRADING_TIMEOUT_S", "GSM8KGrade", "answer_problem", "extract_answer", "grade", "is_equivalent",
@@ -54,8 +54,11 @@ _SIGNED_CURRENCY_RE = re.compile(r"[-−]\s*\$\s*(?=\d)|\$\s*[-−]\s*(?=\d)")  
 _SIMPLE_ANSWER_RE = re.compile(r"(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?\.?|-(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 """One plain number, nothing else: such an answer keeps the clause rule without the full check."""
 _METHOD_RANK = {"####": 2, "boxed": 1, "statement": 0}
-_APPROXIMATE_RE = re.compile(r"(?:\b(?:around|about|approximately|approx\.?|roughly|nearly|almost|over|under|at\s+least"
-                             r"|at\s+most|more\s+than|less\s+than|fewer\s+than)|[~≈<>])\s*\$?\s*$", re.IGNORECASE)
+MAX_FINAL_ANSWERS = 64
+"""A completion with more final-answer statements (``####`` lines, ``\\boxed{}``, "the answer is") is wrong: no
+solution needs them, and each one is checked against the others."""
+_WORD_RE = re.compile(r"[^\W\d_]+")
+_JUSTIFIED_RE = re.compile(r",\s*(?:since|because|as|given|which|due)\b|\(\s*[^\W\d_]|\s*—", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +127,14 @@ def _boxed(text: str) -> list[_Marker]:
 
 def _statements(text: str) -> list[_Marker]:
     """Answer statements that hold a number: ``A: N`` lines, "the (final) answer is N", "N is the answer"."""
-    out = [_Marker("statement", m.group(1).strip(), m.start(), m.end())
-           for pattern in (_A_LINE_RE, _ANSWER_IS_RE) for m in pattern.finditer(text)]
-    for m in _IS_THE_ANSWER_RE.finditer(text):
-        begin = max(0, m.start() - 300)
+    lowered = text.lower()  # the patterns start with optional parts, so the engine tries each position: look first
+    answers = "answer" in lowered
+    patterns = ((_A_LINE_RE,) if answers or "a:" in lowered or "a：" in lowered or "ans" in lowered else ()) \
+        + ((_ANSWER_IS_RE,) if answers else ())
+    out = [_Marker("statement", m.group(1).strip(), m.start(), m.end()) for pattern in patterns
+           for m in pattern.finditer(text)]
+    for m in _IS_THE_ANSWER_RE.finditer(text) if answers else ():
+        begin = max(0, m.start() - 80)
         for boundary in _SENTENCE_START_RE.finditer(text, begin, m.start()):
             begin = boundary.end()
         out.append(_Marker("statement", text[begin:m.start()].strip(), begin, m.end()))
@@ -141,7 +148,8 @@ def _statements(text: str) -> list[_Marker]:
 def _markers(text: str) -> list[_Marker]:
     """Every final-answer marker with an answer after it, in the order they appear."""
     hashes = [_Marker("####", m.group(1).strip(), m.start(), m.end()) for m in _HASHES_RE.finditer(text)]
-    found = [m for m in hashes if m.answer] + [m for m in _boxed(text) if m.answer] + _statements(text)
+    boxed = _boxed(text) if "\\boxed" in text or "\\fbox" in text else []
+    found = [m for m in hashes if m.answer] + [m for m in boxed if m.answer] + _statements(text)
     return sorted(found, key=lambda m: (m.start, -m.end))
 
 
@@ -162,6 +170,11 @@ def _last_sentence(text: str) -> _Marker | None:
         return None
     answered = [s for s in sentences if not is_sign_off(s)] or sentences
     sentence = answered[-1]
+    first = NUMBER_RE.search(sentence)
+    if not _WORD_RE.search(sentence, 0, first.start()):  # "**45**, since 15*2 = 30": the number it opens with
+        clause, rest = split_clause(sentence)
+        if len(_WORD_RE.findall(clause)) <= 1 and _JUSTIFIED_RE.match(rest):
+            return _Marker("last_sentence", answer_token(clause) or first.group(1), 0, 0)
     if "=" in sentence:
         after = NUMBER_RE.findall(sentence.rsplit("=", 1)[-1])
         if after:
@@ -185,12 +198,16 @@ def _prefix(text: str, start: int) -> str:
 def _completion_problem(text: str, markers: list[_Marker], chosen: _Marker, value: Fraction | None) -> str | None:
     """The one-answer rule across the completion: every other final-answer marker states the same value; no hedge
     leads up to the first or the chosen one; and what follows the first one's clause keeps :func:`later_problem`."""
+    if len(markers) > MAX_FINAL_ANSWERS:
+        return f"several final answers ({len(markers)} final-answer statements; at most {MAX_FINAL_ANSWERS})"
+    agreeing = {chosen.answer}
     for marker in markers:
-        if marker is chosen or marker.answer == chosen.answer and marker.method == chosen.method:
+        if marker.answer in agreeing:
             continue
         if answer_problem(marker.answer, later_sentences=False) is not None or answer_value(marker.answer) != value:
             shown = ", ".join(dict.fromkeys(m.answer[:20] for m in (marker, chosen)))
             return f"several final answers ({shown})"
+        agreeing.add(marker.answer)
     first = markers[0] if markers else chosen
     for marker in dict.fromkeys((first, chosen)):
         hedged = prefix_problem(unemphasize(clean_latex(_prefix(text, marker.start))))
@@ -200,8 +217,8 @@ def _completion_problem(text: str, markers: list[_Marker], chosen: _Marker, valu
     later = rest + "\n" + text[first.end:]
     if not any(c.isalnum() for c in later):  # (the common case, nothing after the answer: one string scan)
         return None
-    return later_problem(_plain(later), value, derived_in=derived_in(_plain(text[max(0, first.start - 2000):first.start]),
-                                                                    value))
+    return later_problem(_plain(later), value, derived_in=lambda: derived_in(
+        _plain(text[max(0, first.start - 2000):first.start]), value))
 
 
 def _plain(text: str) -> str:
@@ -348,11 +365,7 @@ def _last_sentence_problem(text: str, extracted: str, value: Fraction | None) ->
     sentences = _SENTENCE_SPLIT_RE.split(_plain(text).strip())
     at = max((i for i, s in enumerate(sentences) if extracted in s and not is_sign_off(s)), default=len(sentences) - 1)
     sentence = sentences[at]
-    approximate = _APPROXIMATE_RE.search(sentence[:max(0, sentence.rfind(extracted))][-30:]) \
-        or _CLAUSE_HEDGE_RE.search(sentence)
-    if approximate:
-        return f"a negation or comparison ({approximate.group(0).strip()})"
-    return prefix_problem(sentence) or later_problem("\n".join(sentences[at + 1:]), value)
+    return number_hedged(sentence, extracted) or later_problem("\n".join(sentences[at + 1:]), value)
 
 
 def _compared(extracted: str, method: str, reference: str, segment: str, value: Fraction | None,

@@ -9,20 +9,35 @@ import time
 
 import pytest
 
-from gym_llm.rewards import gsm8k, short_answer
+from fractions import Fraction
+
+from gym_llm.core.tasks import Task
+from gym_llm.envs.countdown import grade_countdown
+from gym_llm.rewards import answers, gsm8k, short_answer
 from gym_llm.tools.parsing import parse_tool_calls
 
 N = 65_536
-FRAGMENTS = ["\n", " \n", "\t\n", "<<", "*1 ", "1_", "*1", "1 _", "the _", "answer(", "(answer", ">" * 3 + "\n", "**1 "]
-PREFIXES = ["", "#### ", "The answer is ", "Answer: ", "\\boxed{"]
+FRAGMENTS = ["\n", " \n", "\t\n", "<<", "*1 ", "1_", "*1", "1 _", "the _", "answer(", "(answer", ">" * 3 + "\n", "**1 ",
+             # the one-final-answer rule's patterns (issue 45): clause breaks, corrections, alternatives, hedges, tags
+             "1, ", "1 or ", "or 1 ", "1,1", ", or maybe ", "actually ", "wait ", "maybe ", "either 1 ", "not ", "so 1 ",
+             ", since 1", "1 = ", "- 1 ", "1. ", "I think ", "<answer>", "</answer>", "<answer>1</answer> ", "#### 1\n",
+             "1 is the answer ", "is the ", "(1) ", "Total: 1 ", "1111111111", "?\n"]
+PREFIXES = ["", "#### ", "The answer is ", "Answer: ", "\\boxed{", "<answer>1</answer>", "#### 18\n"]
 
 
 def built(prefix: str, fragment: str) -> str:
     return prefix + fragment * (N // len(fragment))
 
 
+def _tagged(reply: str):
+    read = answers.read_final_answer(reply)
+    return answers.tagged_answer_problem(read, Fraction(18), lambda other: other == read.text)
+
+
 GRADERS = {
     "gsm8k": lambda reply: gsm8k.grade(reply, "18"),
+    "answer_tag": _tagged,
+    "countdown": lambda reply: grade_countdown(reply, Task(0, (), "18", {"nums": [3, 6], "target": 18})),
     "short_answer": lambda reply: short_answer.grade(reply, ["18"]),
     "tool_calls": lambda reply: parse_tool_calls(reply, code_block_tool="python"),
 }
@@ -36,8 +51,8 @@ def test_a_reply_built_to_backtrack_grades_in_linear_time(grader, fragment, pref
     start = time.perf_counter()
     result = GRADERS[grader](reply)
     assert time.perf_counter() - start < 1.0, (grader, prefix, fragment)
-    if grader == "gsm8k":
-        assert result.correct is False
+    if grader in ("gsm8k", "countdown"):
+        assert result.correct is False or fragment == "#### 1\n" or prefix == "#### 18\n"
 
 
 @pytest.mark.parametrize("answer, extracted", [

@@ -12,6 +12,7 @@ from typing import Any
 
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, to_fraction
 from tests.data.answer_corpus import gsm8k_endings as G
+from tests.data.answer_corpus import heldout_endings as H
 from tests.data.answer_corpus import tag_endings as T
 
 ENVS = ("gsm8k", "python_tool", "countdown", "reasoning_gym")
@@ -50,11 +51,17 @@ class Item:
     task: dict[str, Any] | None = field(default=None, compare=False)
 
 
-def build(env: str, data_dir: Path | str | None = None) -> list[Item]:
-    """The corpus of ``env`` (one of :data:`ENVS`); GSM8K's train split is read from ``data_dir/gsm8k``."""
+BATCHES = ("dev", "heldout")
+
+
+def build(env: str, data_dir: Path | str | None = None, *, batch: str = "dev") -> list[Item]:
+    """The corpus of ``env`` (one of :data:`ENVS`) with the endings of ``batch`` ("dev": the templates the rule was
+    tuned on; "heldout": :mod:`.heldout_endings`); GSM8K's train split is read from ``data_dir/gsm8k``."""
+    if batch not in BATCHES:
+        raise ValueError(f"batch must be one of {BATCHES}, got {batch!r}.")
     if env in ("gsm8k", "python_tool"):
-        return _gsm8k(env, Path(data_dir) if data_dir else _shared_data())
-    return _countdown() if env == "countdown" else _reasoning_gym()
+        return _gsm8k(env, Path(data_dir) if data_dir else _shared_data(), batch)
+    return _countdown(batch) if env == "countdown" else _reasoning_gym(batch)
 
 
 def _shared_data() -> Path:
@@ -105,10 +112,17 @@ def _fields(solution: _Solution, other_first: bool) -> dict[str, str]:
     word = unit.group(1) if unit and unit.group(1) not in _NOT_UNITS else ""
     restate = last if last.endswith((".", "!", "?")) else last + "."
     x, y = (y, a) if other_first else (a, y)
-    return {"a": a, "x": x, "y": y, "why": why, "restate": restate,
-            "restate_y": re.sub(rf"(?<![\d.]){re.escape(a)}(?![\d])", y if x == a else a, restate, count=1),
+    lower = restate[0].lower() + restate[1:] if restate.split(" ", 1)[0] in _LOWER_FIRST else restate
+    return {"a": a, "x": x, "y": y, "why": why, "restate": restate, "restate_lc": lower,
+            "restate_y": _replace_last(restate, a, y if x == a else a),
             "cur": "$" if re.search(rf"\$\s?{re.escape(a)}(?![\d])", last) else "", "unit": f" {word}" if word else "",
             "unit_word": word or "total", "restates": str(a in NUMBER_RE.findall(last))}
+
+
+def _replace_last(sentence: str, number: str, new: str) -> str:
+    """``sentence`` with its last ``number`` (the result it states) replaced by ``new``."""
+    found = list(re.finditer(rf"(?<![\d.]){re.escape(number)}(?![\d])", sentence))
+    return sentence if not found else sentence[:found[-1].start()] + new + sentence[found[-1].end():]
 
 
 def _usable(template: str, fields: dict[str, str]) -> bool:
@@ -119,15 +133,23 @@ def _usable(template: str, fields: dict[str, str]) -> bool:
     return True
 
 
-def _gsm8k(env: str, data_dir: Path) -> list[Item]:
+def _gsm8k_templates(env: str, cls: str, batch: str) -> list[str]:
+    if batch == "heldout":
+        if cls == "wrong_value":
+            return H.GSM8K["plain"] + H.GSM8K["sign_off"] + H.GSM8K["justification"] + H.GSM8K["question"]
+        return H.GSM8K[cls]
+    return G.TOOL[cls] if env == "python_tool" else _GSM8K_TEMPLATES[cls]
+
+
+def _gsm8k(env: str, data_dir: Path, batch: str) -> list[Item]:
     solutions = _solutions(data_dir)
     right = [s for s in solutions if s.correct]
     wrong = [s for s in solutions if not s.correct and s.answer != s.reference]
     items = []
     for cls in CORRECT_CLASSES[env] + WRONG_CLASSES[env]:
-        templates = G.TOOL[cls] if env == "python_tool" else _GSM8K_TEMPLATES[cls]
+        templates = _gsm8k_templates(env, cls, batch)
         pool = wrong if cls == "wrong_value" else right
-        rng = random.Random(f"{env}:{cls}")
+        rng = random.Random(f"{env}:{cls}:{batch}")
         for i in range(PER_CLASS[env]):
             template = None
             while template is None:  # a solution whose last sentence states its answer, where the ending needs one
@@ -151,14 +173,14 @@ def _gsm8k(env: str, data_dir: Path) -> list[Item]:
 
 
 # ---------------------------------------------------------------------------------------------- Countdown
-def _countdown() -> list[Item]:
+def _countdown(batch: str) -> list[Item]:
     from gym_llm.envs.countdown import check_expression, evaluate, generate_countdown
 
     puzzles = generate_countdown(300, 45)
     items = []
     for cls in CORRECT_CLASSES["countdown"] + WRONG_CLASSES["countdown"]:
-        templates = T.COUNTDOWN[cls]
-        rng = random.Random(f"countdown:{cls}")
+        templates = (H.COUNTDOWN if batch == "heldout" else T.COUNTDOWN)[cls]
+        rng = random.Random(f"countdown:{cls}:{batch}")
         for i in range(PER_CLASS["countdown"]):
             puzzle = rng.choice(puzzles)
             e, nums, t = puzzle["solution"], puzzle["nums"], puzzle["target"]
@@ -207,7 +229,7 @@ RG_NUMERIC = {"basic_arithmetic": "", "chain_sum": "", "leg_counting": " legs", 
 RG_WORDS = ("spell_backward", "word_sorting")
 
 
-def _reasoning_gym() -> list[Item]:
+def _reasoning_gym(batch: str) -> list[Item]:
     import reasoning_gym
 
     from gym_llm.envs.reasoning_gym import worked_solution
@@ -216,8 +238,8 @@ def _reasoning_gym() -> list[Item]:
     pool = [(name, k) for name in entries for k in range(len(entries[name]))]
     items = []
     for cls in CORRECT_CLASSES["reasoning_gym"] + WRONG_CLASSES["reasoning_gym"]:
-        templates = T.REASONING_GYM[cls]
-        rng = random.Random(f"reasoning_gym:{cls}")
+        templates = (H.REASONING_GYM if batch == "heldout" else T.REASONING_GYM)[cls]
+        rng = random.Random(f"reasoning_gym:{cls}:{batch}")
         for i in range(PER_CLASS["reasoning_gym"]):
             name, k = rng.choice(pool)
             entry = entries[name][k]

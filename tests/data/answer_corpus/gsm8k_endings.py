@@ -184,7 +184,8 @@ TOOL_BODIES = [
     "The tool output confirms the arithmetic: `{a_run}`.",
 ]
 TOOL = {
-    "plain": ["#### {a}", "So the answer is {a}.\n#### {a}", "{restate}\n\n#### {a}", "Final answer:\n#### {a}"],
+    "plain": ["#### {a}", "So the answer is {a}.\n#### {a}", "{restate}\n\n#### {a}", "Final answer:\n#### {a}",
+              "The answer is **{a}**.", "\\boxed{{{a}}}", "**Final answer:** {a}", "#### ${a}"],
     "sign_off": [
         "#### {a}\n\nLet me know if you'd like me to run the other 2 problems through Python too!",
         "#### {a}\nHappy to share the 5-line script if you want to reuse it.",
