@@ -2,7 +2,7 @@
 (``tests/data/answer_corpus``): gym-llm's rule beside the graders people use instead. The tables of
 docs/verifiers.md ("Precision and recall on a labelled corpus") are this script's output.
 
-    python -m scripts.answer_recall                  # every env (from the repository root)
+    python -m scripts.answer_recall --batch all      # every env, both batches of endings (from the repository root)
     python -m scripts.answer_recall --env countdown --misses   # one env, and gym-llm's errors
 
 A *correct* class (the reply states one right answer) shows the false-negative rate: refused / replies; a *wrong*
@@ -168,8 +168,10 @@ class Rates:
         return errors / sum(self.counts[grader][c][1] for c in classes)
 
 
-def rates(env: str, items: list[Item] | None = None, *, batch: str = "dev") -> Rates:
-    items = build(env, batch=batch) if items is None else items
+def rates(env: str, items: list[Item] | None = None, *, batch: str = "all") -> Rates:
+    """Every grader of ``env`` on ``items`` (default: the corpus of ``batch``: "dev", "heldout" or "all")."""
+    if items is None:
+        items = [i for b in (("dev", "heldout") if batch == "all" else (batch,)) for i in build(env, batch=b)]
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     misses: dict[str, list[Item]] = defaultdict(list)
     for item in items:
@@ -203,8 +205,9 @@ def table(result: Rates) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", choices=ENVS, action="append", help="an env (repeatable; default: all)")
-    parser.add_argument("--batch", choices=("dev", "heldout"), default="dev",
-                        help="the corpus's endings: the ones the rule was tuned on, or the later held-out batch")
+    parser.add_argument("--batch", choices=("dev", "heldout", "all"), default="all",
+                        help="the corpus's endings: the first batch, the second (written after the rule was tuned on "
+                             "the first; see heldout_endings.py), or both")
     parser.add_argument("--misses", action="store_true", help="also print gym-llm's errors")
     args = parser.parse_args()
     for env in args.env or ENVS:

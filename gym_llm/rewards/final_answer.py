@@ -263,12 +263,12 @@ def _states_another(sentence: str, answer_text: str) -> bool:
 
 
 def derived_in(work: str, value: Fraction | None) -> str:
-    """The last sentence of ``work`` (cleaned text) that states ``value`` ("" if none): where the answer was reached,
+    """The last sentence of ``work`` (cleaned text) that concludes ``value`` ("" if none): where the answer was reached,
     for :func:`later_problem`'s ``derived_in``."""
     if value is None:
         return ""
     for sentence in reversed(_sentences(work)):
-        if value in _values(sentence):
+        if value in _results(sentence):
             return sentence
     return ""
 

@@ -164,3 +164,15 @@ def test_task_sources_follow_the_shared_rule():
         load_countdown_tasks(source="file")
     with pytest.raises(ValueError, match="source must be 'file', 'generated', 'hub' or None, got 'web'"):
         load_countdown_tasks(source="web")
+
+
+def test_a_sign_off_after_the_tag_is_paid_and_a_correction_is_not():
+    env = gym.make("LLMCountdown-v0", num_generated=5)
+    env.reset(seed=0, options={"task_id": 0})
+    solution = env.unwrapped.episode.task.data["solution"]
+    _, reward, _, _, info = env.step(f"<answer>{solution}</answer>\nHope this helps, good luck with round 2!")
+    assert reward == 1.0 and info["correct"], info
+    env.reset(options={"task_id": 0})
+    _, reward, _, _, info = env.step(f"<answer>{solution}</answer>\nHmm, let me recheck... that doesn't add up.")
+    assert reward == 0.0 and "correction" in info["answer_problem"], info
+    env.close()

@@ -150,3 +150,17 @@ def test_datasets_dataset_source(gsm8k_test_file):
     assert len(env.unwrapped.parts.tasks) == 1319
     env.reset(seed=0)
     assert env.step(f"#### {env.unwrapped.episode.task.answer}")[1] == 1.0
+
+
+def test_a_sign_off_with_numbers_is_paid_and_a_correction_is_not(gsm8k_test_file):
+    """Issue 45: a correct '#### N' followed by a friendly sentence with another number earned nothing."""
+    env = gym.make("LLMGSM8K-v0", data_files=str(gsm8k_test_file))
+    env.reset(seed=0, options={"task_id": 0})
+    answer = env.unwrapped.episode.task.answer
+    _, reward, _, _, info = env.step(f"She makes 9 * 2 = {answer} dollars.\n#### {answer}\n\n"
+                                     "Let me know if you need help with the other 2 questions!")
+    assert reward == 1.0 and info["correct"], info
+    env.reset(options={"task_id": 0})
+    _, reward, _, _, info = env.step(f"#### {answer}\nActually, 19.")
+    assert reward == 0.0 and "correction" in info["answer_problem"], info
+    env.close()

@@ -101,3 +101,15 @@ def test_worked_solutions_are_scored_correct_and_show_their_steps(dataset, confi
                 assert re.fullmatch(r"[-+*\d\s]+", left) and eval(left) == int(right), line  # digits and + - * only
     finally:
         env.close()
+
+
+def test_a_decorated_number_is_read_and_an_alternative_is_refused():
+    env = gym.make("LLMReasoningGym-v0", dataset="chain_sum", size=2, seed=3)
+    env.reset(seed=0, options={"task_id": 0})
+    answer = env.unwrapped.episode.task.answer
+    _, reward, _, _, info = env.step(f"<answer>**{answer}**.</answer>\nFeel free to ask about problem 2!")
+    assert reward == 1.0 and info["correct"], info
+    env.reset(options={"task_id": 0})
+    _, reward, _, _, info = env.step(f"<answer>{answer}</answer>\nOr maybe 7.")
+    assert reward == 0.0 and "alternative" in info["answer_problem"], info
+    env.close()
