@@ -375,4 +375,8 @@ class LLMCountdownEnv(LLMEnv, build=build_countdown):
 
     ## Version History
     * v0: initial version.
+    * v0, reward change (issue 45): the equation is read without markdown, ``$``/``\\( \\)``, ``\\times``/``\\div``,
+      Unicode minus or a closing full stop, ``target = expr`` reads as ``expr = target``, and a value claimed after
+      ``=`` must be the target; another tag with a wrong equation, a hedge, or a correction or other value after the
+      tag makes the reply wrong; tags before ``</think>`` are not read. The id stays ``-v0`` (see ``LLMGSM8K-v0``).
     """

@@ -187,12 +187,13 @@ class LLMGSM8KEnv(LLMEnv, build=build_gsm8k):
     ## Rewards
     | outcome | reward |
     |---|---|
-    | final answer equals the reference | 1.0 |
+    | one final answer, equal to the reference (docs/verifiers.md: what follows it may justify, restate or sign off, not correct, hedge or offer another) | 1.0 |
     | otherwise | 0.0 |
     | plus, if the reply states ``#### N`` | ``format_reward`` (default 0.0) |
     | plus, if given | ``reward_fn(task, messages)`` (shaping; its info dict is merged into ``info``) |
 
-    ``info``: ``correct``, ``formatted``, ``extracted_answer``, ``reference_answer``.
+    ``info``: ``correct``, ``formatted``, ``extracted_answer``, ``reference_answer``, ``answer_problem`` (why an answer
+    was refused: several candidates, a correction after it, ...).
 
     ## Starting State
     The next problem of the task stream (seeded shuffle; ``options={"task_id": i}`` forces one).
@@ -225,6 +226,12 @@ class LLMGSM8KEnv(LLMEnv, build=build_gsm8k):
 
     ## Version History
     * v0: initial version.
+    * v0, reward change (issue 45): the one-answer rule reads the answer's clause. A correct ``#### N`` or "The answer
+      is N" followed by a justification, restatement, sign-off or question that holds other numbers now scores 1.0
+      (it scored 0.0); a correction, alternative, hedge or other stated answer after it scores 0.0, as does a second
+      final-answer marker of any kind with another value; text before ``</think>`` is not read. The id stays ``-v0``:
+      the package is unreleased (0.1.0) and no env has left v0; compare runs across this change with that in mind
+      (docs/verifiers.md has the rates before and after).
     """
 
 

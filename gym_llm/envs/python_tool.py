@@ -98,6 +98,8 @@ class LLMPythonToolEnv(LLMEnv, build=build_python_tool):
 
     ## Version History
     * v0: initial version.
+    * v0, reward change (issue 45): the final reply is graded by ``LLMGSM8K-v0``'s revised one-answer rule (a sign-off
+      or justification with other numbers after ``#### N`` is right; a correction, hedge or alternative is wrong).
     """
 
 

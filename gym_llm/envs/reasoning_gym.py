@@ -271,4 +271,9 @@ class LLMReasoningGymEnv(LLMEnv, build=build_reasoning_gym):
 
     ## Version History
     * v0: initial version.
+    * v0, reward change (issue 45): where the reference is a plain number the tag's one number is scored (``**-4**.``,
+      ``x = -4``, ``18 legs``) and several candidates score 0.0 (the dataset gave ``18 or 19`` partial credit); other
+      tags are scored as written and without decoration; another tag or ``Answer:`` line with another answer, a hedge,
+      or a correction or other answer after the tag scores 0.0; tags before ``</think>`` are not read. The id stays
+      ``-v0`` (see ``LLMGSM8K-v0``).
     """

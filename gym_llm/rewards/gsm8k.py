@@ -1,14 +1,19 @@
 r"""GSM8K answer checking: extract the final answer from a solution, normalise it, compare.
 
-Extraction, in order of precedence (the last occurrence of the first kind found wins):
+Extraction, in order of precedence (the last occurrence of the first kind found wins), after the last ``</think>``:
 
 1. ``#### N`` — the GSM8K format;
 2. ``\boxed{N}`` — the LaTeX convention of math-tuned models;
-3. an answer statement: "the (final) answer is N", "Answer: N", a line starting ``A: N``;
-4. the last sentence that holds a number: the first number after its last ``=``, else its first
-   number ("So it takes 227 minutes to string all 12 racquets." -> 227). On GSM8K's own worked
-   solutions with the ``####`` line removed, this rule recovers the answer for 99.1% of the 8,792
-   train+test solutions, where "the last number in the text" recovers 97.2%.
+3. an answer statement: "the (final) answer is N", "Answer: N", a line starting ``A: N``, "N is the answer";
+4. the last sentence that holds a number, closing remarks to the reader passed over: the first number after its
+   last ``=``, else its first number ("So it takes 227 minutes to string all 12 racquets." -> 227), or the number
+   it opens with before a justification ("**45**, since ..."). On GSM8K's own worked solutions with the ``####``
+   line removed, this rule recovers the answer for 99.2% of the 8,792 train+test solutions, where "the last number
+   in the text" recovers 97.2%.
+
+The answer must then keep the one-final-answer rule (:mod:`gym_llm.rewards.final_answer`, docs/verifiers.md): its
+clause states exactly one number, every other final-answer marker states the same value, and what follows it may
+justify, restate, sign off or ask, but not correct, hedge or offer another answer.
 
 Normalisation drops thousands separators, currency signs, ``%``, units and trailing words, trailing
 ``.0``/``.00``, LaTeX wrappers (``\text``, ``\$``, ``\frac{a}{b}``, ``\dfrac``), and the Unicode minus.
