@@ -17,20 +17,44 @@ Log-probs are "raw" by default: ``log_softmax(logits)`` of the model, before tem
 top-p. That is what a trainer recomputes with a plain forward pass, so the importance ratio of the
 engine's and the trainer's log-probs is exactly 1 on-policy. ``logprobs_mode="processed"`` gives the
 log-probs of the distribution actually sampled from instead.
+
+LoRA adapters (:class:`AdapterEngine`; the trainer side is :mod:`gym_llm_adapters.lora`):
+
+* ``serves_adapters`` says whether the engine can serve adapters at all. It is fixed when the engine starts
+  (``lora_rank=R`` on the package's engines; vLLM sizes its adapter slots then). ``max_lora_rank`` is the largest
+  rank it takes (``None``: no limit known here).
+* ``adapter`` is the :class:`~gym_llm_adapters.lora.Adapter` served now; ``None`` means the base model. Before the
+  first load an engine serves the base model.
+* ``load_adapter(adapter)`` makes ``adapter`` the one every later ``generate`` and ``logprobs`` call uses and
+  returns the new version, ``version + 1``. The adapter must be for that version (``adapter.version ==
+  version + 1``: a record's version is the version of the adapter that sampled it) and its name and id must differ
+  from the served one's (engines key caches and adapter slots by them). ``version`` moves only once the adapter is
+  loaded and will serve the next request; a load that fails raises and leaves ``version`` and the served adapter as
+  they were. The previous adapter is dropped from the engine, so adapter slots do not fill up.
+* **Resuming** a run: ``adapter=`` on the engine's constructor serves that adapter from the first request, at
+  ``version=adapter.version`` (a ``version=`` given too must be equal). A run that stopped at version ``v`` starts
+  its engines with its last adapter, and the next push is ``v + 1``.
+* ``load_weights`` on an engine that serves an adapter changes the base weights under it; the adapter stays.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
+import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from gym_llm_adapters.types import Completion
 
-__all__ = ["Engine", "EngineBase", "SamplingConfig", "Prompt", "LogprobsMode", "named_tensors"]
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
+
+__all__ = ["AdapterEngine", "Engine", "EngineBase", "SamplingConfig", "Prompt", "LogprobsMode", "named_tensors",
+           "check_adapter_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +155,26 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
+class AdapterEngine(Engine, Protocol):
+    """An :class:`Engine` that can serve LoRA adapters (see the module docstring). :class:`EngineBase` implements
+    the bookkeeping; every package engine and the Ray engine group have it."""
+
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether :meth:`load_adapter` can work (the engine was started with LoRA on)."""
+        ...
+
+    @property
+    def adapter(self) -> "Adapter | None":
+        """The adapter served now; ``None`` for the base model."""
+        ...
+
+    def load_adapter(self, adapter: "Adapter") -> int:
+        """Serve ``adapter`` from the next request on; return the new version (``version + 1``)."""
+        ...
+
+
 def named_tensors(weights: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """``weights`` (a state dict or ``(name, tensor)`` pairs) as a list of detached ``(name, tensor)``.
 
@@ -161,16 +205,98 @@ class EngineBase(abc.ABC):
 
     tokenizer: Any
 
-    def __init__(self, tokenizer: Any, *, version: int = 0):
+    def __init__(self, tokenizer: Any, *, version: int | None = None, adapter: "Adapter | None" = None):
+        if adapter is not None:
+            _check_adapter_type(adapter)
+            if version is not None and version != adapter.version:
+                raise ValueError(f"version={version!r} disagrees with the adapter's version {adapter.version}: an "
+                                 "engine that starts with an adapter is at that adapter's version (omit version=).")
+            version = adapter.version
+        version = 0 if version is None else version
         if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}.")
         self.tokenizer = tokenizer
         self._version = int(version)
+        self._adapter: Adapter | None = None
+        self._swap_lock = threading.Lock()  # the served adapter and the version change together
         self._closed = False
 
     @property
     def version(self) -> int:
         return self._version
+
+    # ------------------------------------------------------------------------------ adapters
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether this engine can serve LoRA adapters (fixed when it starts); False unless a subclass says so."""
+        return False
+
+    @property
+    def max_lora_rank(self) -> int | None:
+        """The largest adapter rank the engine takes (``None``: not known here, or no adapters)."""
+        return None
+
+    @property
+    def adapter(self) -> "Adapter | None":
+        """The adapter served now (``None``: the base model)."""
+        return self._adapter
+
+    def load_adapter(self, adapter: "Adapter") -> int:
+        """Serve ``adapter`` from the next ``generate``/``logprobs`` call on and return the new version
+        (``version + 1``). Raises ``ValueError`` for an adapter this engine cannot take (see the module docstring);
+        any failure leaves the version and the served adapter unchanged."""
+        self._check_open()
+        self._check_adapter(adapter, version=self._version + 1)
+        previous = self._adapter
+        self._load_adapter(adapter, previous)
+        with self._swap_lock:
+            self._adapter = adapter
+            self._version += 1
+        logger.debug("%s serves adapter %s (%d bytes); version is now %d", type(self).__name__, adapter.name,
+                     adapter.num_bytes, self._version)
+        return self._version
+
+    def _served(self) -> "tuple[Adapter | None, int]":
+        """The served adapter and the version, read together (for engines whose calls may overlap a push)."""
+        with self._swap_lock:
+            return self._adapter, self._version
+
+    def _serve_initial_adapter(self, adapter: "Adapter | None") -> None:
+        """Subclasses call this at the end of ``__init__``: serve the constructor's ``adapter=`` (a resumed run)."""
+        if adapter is None:
+            return
+        self._check_adapter(adapter, version=self._version)
+        self._load_adapter(adapter, None)
+        self._adapter = adapter
+
+    def _check_adapter(self, adapter: "Adapter", *, version: int) -> None:
+        _check_adapter_type(adapter)
+        if not self.serves_adapters:
+            raise ValueError(f"This {type(self).__name__} does not serve LoRA adapters: {self._lora_hint()}")
+        if adapter.version != version:
+            raise ValueError(f"The adapter {adapter.name!r} is for policy version {adapter.version}, but this engine "
+                             f"would be at version {version} serving it (its version is {self._version}); every push "
+                             "is one version up (AdapterSync does that).")
+        current = self._adapter
+        if current is not None and (adapter.name == current.name or adapter.int_id == current.int_id):
+            raise ValueError(f"The adapter {adapter.name!r} (id {adapter.int_id}) reuses the name or id of the one "
+                             f"served now ({current.name!r}, id {current.int_id}); caches are keyed by them, so every "
+                             "version needs new ones (Adapter.for_version).")
+        limit = self.max_lora_rank
+        if limit is not None and adapter.rank > limit:
+            raise ValueError(f"The adapter {adapter.name!r} has rank {adapter.rank}, above this engine's largest, "
+                             f"{limit}; start the engine with lora_rank={adapter.rank} (or more), or train a lower "
+                             "rank.")
+        check_adapter_folder(adapter.path)
+
+    def _lora_hint(self) -> str:
+        """How to start this kind of engine with LoRA on (for error messages)."""
+        return f"start it with lora_rank=R ({type(self).__name__}(..., lora_rank=16)), R >= the adapter's rank."
+
+    def _load_adapter(self, adapter: "Adapter", previous: "Adapter | None") -> None:
+        """Make ``adapter`` the served one and drop ``previous`` (no version bookkeeping). Must raise, leaving
+        ``previous`` served, when it cannot."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve LoRA adapters.")
 
     # ------------------------------------------------------------------------------ prompts
     def prompt_ids(self, prompts: Sequence[Any]) -> list[np.ndarray]:
@@ -253,9 +379,10 @@ class EngineBase(abc.ABC):
 
     # -------------------------------------------------------------------------------- helpers
     def _completion(self, prompt: np.ndarray, token_ids: Sequence[int], logprobs: Sequence[float],
-                    finish_reason: str, sampling: SamplingConfig) -> Completion:
+                    finish_reason: str, sampling: SamplingConfig, version: int | None = None) -> Completion:
         """A :class:`Completion`; its text is decoded here (specials skipped, cut at a stop string), the same
-        way for every engine, so equal ids always give equal text."""
+        way for every engine, so equal ids always give equal text. ``version``: the version that sampled it, when
+        the engine may change version while a call runs (default: the current one)."""
         ids = np.asarray(token_ids, dtype=np.int64)
         lps = np.asarray(logprobs, dtype=np.float32)
         if len(ids) != len(lps):
@@ -269,7 +396,26 @@ class EngineBase(abc.ABC):
         if sampling.stop:
             text, _ = cut_at_stop(text, sampling.stop, sampling.include_stop_str_in_output)
         return Completion(prompt_ids=prompt, token_ids=ids, logprobs=lps, text=text,
-                          finish_reason=finish_reason, version=self._version)
+                          finish_reason=finish_reason, version=self._version if version is None else int(version))
+
+
+def _check_adapter_type(adapter: Any) -> None:
+    from gym_llm_adapters.lora import Adapter
+
+    if not isinstance(adapter, Adapter):
+        raise TypeError(f"load_adapter expects a gym_llm_adapters.lora.Adapter (AdapterSync makes them), got "
+                        f"{type(adapter).__name__}.")
+
+
+def check_adapter_folder(path: str | Path) -> None:
+    """Raise ``FileNotFoundError`` unless ``path`` holds a PEFT adapter (``adapter_config.json`` and
+    ``adapter_model.safetensors``). Engines check it before loading, so a missing file is named."""
+    from gym_llm_adapters.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+    missing = [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if not (Path(path) / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"The adapter folder {path} has no {' or '.join(missing)}; it must be a PEFT adapter "
+                                "folder that this engine's process can read (save_adapter writes one).")
 
 
 def cut_at_stop(text: str, stop: Sequence[str], include: bool) -> tuple[str, bool]:

@@ -8,18 +8,27 @@ model's forward and ``DynamicCache``.
 
 Prompts are left-padded into batches of at most ``max_batch_size`` rows; position ids come from the
 attention mask, so a padded row computes exactly what it would alone (tested).
+
+LoRA (``lora_rank=R``): the engine serves a PEFT adapter on its model. The first :meth:`HFEngine.load_adapter` wraps
+the model with PEFT *in place* (its targeted linear layers get LoRA layers; ``engine.model`` stays the transformers
+model and computes base + adapter); each later load adds the new version's adapter under its own name, makes it the
+active one and deletes the previous one. The adapter's files are read and checked before the model is touched, and
+an adapter that fails to go in is removed again, so a failed load leaves the previous adapter served.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConfig
 from gym_llm_adapters.types import Completion
+
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
 
 __all__ = ["HFEngine"]
 
@@ -40,7 +49,11 @@ class HFEngine(EngineBase):
         forward_token_budget: most (padded) tokens per teacher-forcing forward; bounds the
             ``(B, S, V)`` logits memory.
         logprobs_mode: ``"raw"`` (default) or ``"processed"`` (see the engines' module docstring).
-        version: the initial policy version.
+        version: the initial policy version (default 0, or ``adapter.version``).
+        lora_rank: serve LoRA adapters (PEFT) of rank up to this; ``None`` (default): no adapters. The first adapter
+            wraps the model with PEFT in place, so give the engine a model of its own (a path, or a copy), never the
+            trainer's.
+        adapter: a LoRA adapter to serve from the start (a resumed run), at ``version=adapter.version``.
     """
 
     def __init__(
@@ -53,7 +66,9 @@ class HFEngine(EngineBase):
         max_batch_size: int = 64,
         forward_token_budget: int = 16_384,
         logprobs_mode: LogprobsMode = "raw",
-        version: int = 0,
+        version: int | None = None,
+        lora_rank: int | None = None,
+        adapter: "Adapter | None" = None,
     ):
         import torch
 
@@ -73,7 +88,16 @@ class HFEngine(EngineBase):
             raise TypeError(f"model must be a checkpoint path or a transformers PreTrainedModel, got {type(model).__name__}.")
         if tokenizer is None:
             raise ValueError("HFEngine(model=<PreTrainedModel>) needs tokenizer= as well.")
-        super().__init__(tokenizer, version=version)
+        if lora_rank is not None:
+            if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1:
+                raise ValueError(f"lora_rank must be an int >= 1 (the largest adapter rank served), got {lora_rank!r}.")
+            if hasattr(model, "peft_config"):
+                raise ValueError("HFEngine(lora_rank=...) wraps its model with PEFT itself; it got a PEFT model (the "
+                                 "trainer's?). Give it the base model of its own (a path or a copy), or sample from the "
+                                 "PEFT model directly with HFEngine(peft_model) and no lora_rank.")
+        super().__init__(tokenizer, version=version, adapter=adapter)
+        self._lora_rank = lora_rank
+        self._peft: Any = None  # the PeftModel over self.model, made at the first adapter load
         self.model = model
         self.max_batch_size = int(max_batch_size)
         self.forward_token_budget = int(forward_token_budget)
@@ -81,6 +105,7 @@ class HFEngine(EngineBase):
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0))
+        self._serve_initial_adapter(adapter)
 
     @property
     def device(self) -> Any:
@@ -215,6 +240,8 @@ class HFEngine(EngineBase):
         import torch
 
         params = self.model.state_dict(keep_vars=True)  # every name, tied aliases included
+        if self._peft is not None:  # PEFT moved each adapted layer's own weight to `<layer>.base_layer.weight`
+            items = [(_base_layer_name(name, params), tensor) for name, tensor in items]
         unknown = [name for name, _ in items if name not in params]
         if unknown:
             raise ValueError(
@@ -227,6 +254,62 @@ class HFEngine(EngineBase):
         with torch.no_grad():
             for name, tensor in items:
                 params[name].copy_(tensor)
+
+
+    # ------------------------------------------------------------------------------ adapters
+    @property
+    def serves_adapters(self) -> bool:
+        return self._lora_rank is not None
+
+    @property
+    def max_lora_rank(self) -> int | None:
+        return self._lora_rank
+
+    def _load_adapter(self, adapter: "Adapter", previous: "Adapter | None") -> None:
+        from peft import LoraConfig, PeftModel
+        from peft.utils import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        from gym_llm_adapters.lora import ADAPTER_WEIGHTS
+
+        config = LoraConfig.from_pretrained(str(adapter.path))  # read both files before touching the model
+        config.inference_mode = True
+        state = load_file(str(adapter.path / ADAPTER_WEIGHTS), device=str(self.device))
+        first = self._peft is None
+        if first:
+            peft = PeftModel(self.model, config, adapter_name=adapter.name)  # wraps self.model's layers in place
+        else:
+            peft = self._peft
+            peft.add_adapter(adapter.name, config)
+        try:
+            result = set_peft_model_state_dict(peft, state, adapter_name=adapter.name)
+            unexpected = list(getattr(result, "unexpected_keys", []) or [])
+            missing = [k for k in getattr(result, "missing_keys", []) or [] if f".{adapter.name}." in k]
+            if unexpected or missing:
+                raise ValueError(f"The adapter at {adapter.path} does not fit this model: "
+                                 f"{len(unexpected)} tensors it has no place for (e.g. {unexpected[:2]}), "
+                                 f"{len(missing)} of its own left unset (e.g. {missing[:2]}).")
+            peft.set_adapter(adapter.name, inference_mode=True)
+        except BaseException:
+            if first:
+                peft.unload()  # the model's layers as they were
+            else:
+                peft.delete_adapter(adapter.name)
+                peft.set_adapter(previous.name if previous is not None else peft.active_adapter, inference_mode=True)
+            raise
+        if previous is not None and previous.name in peft.peft_config:
+            peft.delete_adapter(previous.name)
+        self._peft = peft
+        self.model.eval()  # the adapter's dropout off
+
+
+def _base_layer_name(name: str, params: dict[str, Any]) -> str:
+    """``name`` as the model calls it once PEFT wrapped the layer: ``a.q_proj.weight`` -> ``a.q_proj.base_layer.weight``."""
+    if name in params:
+        return name
+    head, _, leaf = name.rpartition(".")
+    wrapped = f"{head}.base_layer.{leaf}"
+    return wrapped if wrapped in params else name
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

