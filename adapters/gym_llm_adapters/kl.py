@@ -25,10 +25,11 @@ k3    ``(r - 1) - log r``                    ``KL(pi || pi_ref)`` exactly (unbia
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Callable, ContextManager, Iterator, Literal
 
 import numpy as np
 import torch
@@ -185,6 +186,10 @@ class ReferenceKL:
         model: a transformers causal LM, the reference policy. It is put in eval mode (no dropout) and never
             receives gradients.
         config: a :class:`ReferenceKLConfig` (defaults: k3, no reward shaping).
+        scope: a context every reference forward runs in, for a reference that shares the policy's weights: e.g. a
+            PEFT model's ``disable_adapter`` with ``model`` the policy itself (the reference is then the base with
+            the LoRA adapter off, and costs no second copy of the weights). ``model`` is then put in eval mode for
+            the forward only, and back to its mode after (the policy keeps training).
 
     Example::
 
@@ -192,11 +197,27 @@ class ReferenceKL:
         batch = ref.apply(batch)   # batch.ref_logprobs filled, batch.rewards KL-shaped
     """
 
-    def __init__(self, model: nn.Module, config: ReferenceKLConfig | None = None) -> None:
+    def __init__(self, model: nn.Module, config: ReferenceKLConfig | None = None, *,
+                 scope: Callable[[], ContextManager[Any]] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch nn.Module (a transformers causal LM); got {type(model).__name__}.")
-        self.model = model.eval()
+        self.scope = scope
+        self.model = model if scope is not None else model.eval()
         self.config = config if config is not None else ReferenceKLConfig()
+
+    @contextlib.contextmanager
+    def _scoring(self) -> Iterator[None]:
+        """The reference forward's context: ``scope()`` (if any) with the shared model in eval mode meanwhile."""
+        if self.scope is None:
+            yield
+            return
+        training = self.model.training
+        self.model.eval()
+        try:
+            with self.scope():
+                yield
+        finally:
+            self.model.train(training)
 
     @property
     def device(self) -> torch.device:
@@ -206,7 +227,7 @@ class ReferenceKL:
                      policy_mask: torch.Tensor) -> torch.Tensor:
         """``(B, S)`` reference log-probs of ``input_ids`` at ``policy_mask`` positions (0.0 elsewhere)."""
         config = self.config
-        with torch.inference_mode():
+        with self._scoring(), torch.inference_mode():
             ref = token_logprobs(
                 self.model,
                 input_ids.to(self.device),

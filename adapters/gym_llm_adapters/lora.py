@@ -65,7 +65,8 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"LoRA rank must be an int >= 1, got {self.rank!r}.")
+            raise ValueError(f"LoRA rank must be an int >= 1, got {self.rank!r}: use e.g. 16 (--lora-rank 16; 8 to 32 "
+                             "is usual), or leave it unset to train every weight.")
         if self.alpha is not None and not (isinstance(self.alpha, (int, float)) and self.alpha > 0):
             raise ValueError(f"LoRA alpha must be a number > 0 (default 2 * rank), got {self.alpha!r}.")
         if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
@@ -106,13 +107,14 @@ class LoraSettings:
             if missing:
                 names = sorted({name.rsplit(".", 1)[-1] for name in linear if linear[name] is not output})
                 raise ValueError(f"LoRA target_modules {missing} are not linear layers of this model; its linear "
-                                 f"layers are {names} (or use 'all-linear').")
+                                 f"layers are {names}: name some of them (--lora-target-modules "
+                                 f"{' '.join(names[:2])}), or use 'all-linear'.")
         if not targets:
             raise ValueError("LoRA found no linear layer to adapt in this model.")
         width = min(min(m.in_features, m.out_features) for m in targets.values())
         if self.rank > width:
             raise ValueError(f"LoRA rank {self.rank} is above the narrowest targeted layer's width ({width}): a rank "
-                             f"can be at most {width} here (16 or 32 is usual).")
+                             f"can be at most {width} here (--lora-rank {min(16, width)}; 16 or 32 is usual).")
 
 
 def add_lora(model: Any, settings: LoraSettings) -> Any:

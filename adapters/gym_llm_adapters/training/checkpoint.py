@@ -3,11 +3,16 @@
 Layout under ``out_dir/checkpoints/``::
 
     step-000040/            a normal Hugging Face checkpoint (config, safetensors, tokenizer) that vLLM and
-                            transformers load as is, plus the trainer's state:
-        trainer_state.json  step, phase, engine version, rows of rollouts/metrics written, the config
-        optimizer.pt        optimizer + learning-rate scheduler state (tensors and plain values)
+                            transformers load as is — or, for a LoRA run, the adapter in PEFT's format
+                            (adapter_model.safetensors, adapter_config.json) and the tokenizer — plus the
+                            trainer's state:
+        trainer_state.json  step, phase, engine version, rows of rollouts/metrics written, the config (and a
+                            LoRA run's adapter settings and base model)
+        optimizer.pt        optimizer + learning-rate scheduler state (tensors and plain values; a LoRA run's
+                            optimizer holds the adapter's parameters only)
         rng.pt              torch / numpy / Python RNG states (tensors and plain values)
-    reference/              the frozen reference policy (written once, when RL starts after an SFT warm-up)
+    reference/              the frozen reference policy (written once, when RL starts after an SFT warm-up; a LoRA
+                            run's is the adapter at that point, in PEFT's format)
     LATEST                  the name of the newest complete checkpoint
 
 A checkpoint is written to ``step-N.tmp``, fsynced, and renamed into place; ``LATEST`` is replaced atomically
@@ -29,6 +34,7 @@ import os
 import random
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +58,11 @@ class TrainState:
         phase: ``"sft"`` or ``"grpo"``: the phase of the *next* step.
         version: the engine's policy version (weight pushes so far).
         rollout_records: trajectories written to ``rollouts.jsonl`` so far.
-        reference: the reference policy's folder (None: the starting model).
+        reference: the reference policy's folder (None: the starting model; for a LoRA run, the base with the
+            adapter off).
         config: the run's :meth:`TrainConfig.to_json`.
+        lora: a LoRA run's adapter settings and base model
+            (:func:`~gym_llm_adapters.training.lora_run.lora_record`); None for a full fine-tune.
     """
 
     step: int
@@ -62,6 +71,7 @@ class TrainState:
     rollout_records: int
     reference: str | None
     config: dict[str, Any]
+    lora: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -85,7 +95,10 @@ def _fsync_tree(path: Path) -> None:
 
 def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any, tokenizer: Any,
                     optimizer: Any, scheduler: Any, keep: int) -> Path:
-    """Write ``step-<state.step>`` atomically, point ``LATEST`` at it, and prune all but the newest ``keep``."""
+    """Write ``step-<state.step>`` atomically, point ``LATEST`` at it, and prune all but the newest ``keep``.
+
+    ``model`` is a transformers model (saved whole) or a PEFT model (its trained adapter saved, in PEFT's format).
+    """
     import torch
 
     root = checkpoints_dir(out_dir)
@@ -93,7 +106,12 @@ def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any
     name = f"step-{state.step:06d}"
     final, tmp = root / name, root / f"{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    if _is_peft(model):
+        from gym_llm_adapters.lora import save_adapter
+
+        save_adapter(model, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
@@ -116,6 +134,11 @@ def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any
             shutil.rmtree(old, ignore_errors=True)
     logger.info("checkpoint %s", final)
     return final
+
+
+def _is_peft(model: Any) -> bool:
+    peft = sys.modules.get("peft")  # a PEFT model exists only once peft is imported
+    return peft is not None and isinstance(model, peft.PeftModel)
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:

@@ -10,7 +10,10 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import LoraSettings
 
 __all__ = ["TrainConfig", "Algorithm", "EngineKind"]
 
@@ -90,6 +93,18 @@ class TrainConfig:
             the same values and gradients up to float rounding, ~2-3x less compute when prompts are long next to
             completions (bench/kl.py, bench/grpo_loss.py ``--groups``). Micro-batches then hold whole groups.
 
+    LoRA (:mod:`gym_llm_adapters.lora`; docs/cli.md, "LoRA"):
+        lora_rank: train a LoRA adapter of this rank on the frozen model instead of every weight (PEFT); None = a
+            full fine-tune. Only the adapter's parameters get gradients and AdamW state; the engine is sent the
+            adapter alone after every step (:class:`~gym_llm_adapters.lora.AdapterSync`), under a name and id new
+            for each policy version; the KL reference is the model with the adapter switched off (after an SFT
+            warm start: with the adapter as it was when RL started); checkpoints hold the adapter in PEFT's format.
+            At most the narrowest targeted layer's width (checked before any engine starts).
+        lora_alpha: the update is scaled by ``lora_alpha / lora_rank``; None = ``2 * lora_rank``.
+        lora_dropout: dropout on the adapter's input in training, in [0, 1); 0 (default) keeps a step deterministic.
+        lora_target_modules: ``"all-linear"`` (default: every linear layer but the output head) or the names of the
+            linear layers to adapt (``("q_proj", "v_proj")``, matched by name suffix as PEFT does).
+
     SFT:
         sft_data: ``"references"`` (the env tasks' worked solutions, e.g. GSM8K's ``answer`` field) or a
             rollout file (``.jsonl``/``.parquet``) written by ``gym-llm eval``/``train``.
@@ -150,6 +165,10 @@ class TrainConfig:
     micro_batch_size: int | None = None
     activation_memory_gb: float | None = 4.0
     share_prefix: bool = True
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.0
+    lora_target_modules: str | tuple[str, ...] = "all-linear"
     sft_data: str = "references"
     sft_batch_size: int = 32
     sft_examples: int | None = None
@@ -213,6 +232,14 @@ class TrainConfig:
 
         object.__setattr__(self, "report_to", tuple(self.report_to))
         check_reporters(self.report_to)  # before any model loads: unknown name (ValueError), missing package (ImportError)
+        if self.lora_rank is None:
+            given = [name for name, default in (("lora_alpha", None), ("lora_dropout", 0.0),
+                                                ("lora_target_modules", "all-linear")) if getattr(self, name) != default]
+            if given:
+                raise ValueError(f"{', '.join(given)} set without lora_rank: set lora_rank (--lora-rank R) to train a "
+                                 "LoRA adapter, or drop them for a full fine-tune.")
+        else:
+            object.__setattr__(self, "lora_target_modules", self.lora.target_modules)  # checked, lists as tuples
         reserved = {"mode", "tokenizer", "max_seq_len", "max_action_tokens", "num_envs", "group_size"}
         clash = reserved & (set(self.env_kwargs) | set(self.eval_env_kwargs))
         if clash:
@@ -223,6 +250,18 @@ class TrainConfig:
     def uses_sft(self) -> bool:
         """Whether any SFT steps run (plain SFT or a GRPO warm start)."""
         return self.algorithm == "sft" or self.sft_warmup_steps > 0
+
+    @property
+    def lora(self) -> "LoraSettings | None":
+        """The LoRA adapter's settings (:class:`~gym_llm_adapters.lora.LoraSettings`), or None for a full
+        fine-tune; ``ValueError`` for a bad rank, alpha, dropout or target list."""
+        if self.lora_rank is None:
+            return None
+        from gym_llm_adapters.lora import LoraSettings
+
+        targets = self.lora_target_modules
+        return LoraSettings(rank=self.lora_rank, alpha=self.lora_alpha, dropout=self.lora_dropout,
+                            target_modules=tuple(targets) if isinstance(targets, list) else targets)
 
     @property
     def total_steps(self) -> int:

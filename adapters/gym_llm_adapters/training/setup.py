@@ -32,7 +32,7 @@ def vllm_available() -> bool:
 
 def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, seed: int = 0, version: int = 0,
                  max_model_len: int | None = None, vllm_kwargs: Mapping[str, Any] | None = None,
-                 logprobs_mode: str = "raw") -> Any:
+                 logprobs_mode: str = "raw", lora_rank: int | None = None, adapter: Any = None) -> Any:
     """An engine over the checkpoint at ``model_dir``.
 
     Args:
@@ -46,14 +46,21 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
             rest to the trainer).
         logprobs_mode: ``"raw"`` or ``"processed"`` (the log-probs of the distribution sampled from, after
             temperature / top-k / top-p; what the trainer uses).
+        lora_rank: serve LoRA adapters of rank up to this (a LoRA run; the engine serves the base model until the
+            first :meth:`load_adapter`); None = no adapters.
+        adapter: a :class:`~gym_llm_adapters.lora.Adapter` to serve from the start, at ``version`` (a resumed LoRA
+            run; needs ``lora_rank``).
     """
+    lora = {} if lora_rank is None else {"lora_rank": int(lora_rank), "adapter": adapter}
+    if adapter is not None and lora_rank is None:
+        raise ValueError("build_engine(adapter=...) needs lora_rank= (an engine serves adapters only with LoRA on).")
     if kind == "hf":
         import torch
 
         from gym_llm_adapters.engines import HFEngine
 
         return HFEngine(str(model_dir), device=device, dtype=getattr(torch, dtype), version=version,
-                        logprobs_mode=logprobs_mode)
+                        logprobs_mode=logprobs_mode, **lora)
     if kind != "vllm":
         raise ValueError(f"engine must be 'vllm' or 'hf', got {kind!r}.")
     if not vllm_available():
@@ -72,7 +79,7 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
         options.update(gpu_memory_utilization=0.3)
     options.update(vllm_kwargs or {})
     logger.info("starting vLLM on %s (%s)", model_dir, ", ".join(f"{k}={v}" for k, v in options.items()))
-    return VLLMEngine(str(model_dir), seed=seed, version=version, logprobs_mode=logprobs_mode, **options)
+    return VLLMEngine(str(model_dir), seed=seed, version=version, logprobs_mode=logprobs_mode, **lora, **options)
 
 
 def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any, Any]:

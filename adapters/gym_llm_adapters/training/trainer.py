@@ -30,9 +30,12 @@ import dataclasses
 import functools
 import logging
 import math
+import shutil
 import signal
+import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -41,6 +44,7 @@ import numpy as np
 
 from gym_llm_adapters.models.resolve import resolve_model
 from gym_llm_adapters.training import checkpoint as ckpt
+from gym_llm_adapters.training import lora_run
 from gym_llm_adapters.training.config import TrainConfig
 from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
 from gym_llm_adapters.training.memory import backward_token_budget
@@ -123,10 +127,14 @@ class Trainer:
         if existing is not None and not resume:
             raise FileExistsError(f"{self.out_dir} already holds a run (checkpoint {existing.name}); pass resume=True "
                                   "(--resume) to continue it, or choose another out_dir (--out).")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.model_dir = existing if existing is not None else Path(resolve_model(config.model))
         # a resumed run's state files are read first, as data only (a crafted one is refused before a model loads)
         saved = ckpt.read_saved_state(existing) if existing is not None else None
+        lora = config.lora
+        if saved is not None:  # LoRA settings that do not fit the run are refused before anything loads
+            lora_run.check_resume(lora, config.model, saved.trainer.lora, run=self.out_dir)
+        if lora is not None:
+            lora_run.check_engine(config.engine, lora.rank, config.vllm_kwargs)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
         self.state = saved.trainer if saved is not None else ckpt.TrainState(
             step=0, phase="sft" if config.uses_sft else "grpo", version=0, rollout_records=0, reference=None,
             config=config.to_json())
@@ -134,16 +142,10 @@ class Trainer:
         self._saved_optimizer = saved.optimizer if saved is not None else None  # applied when its phase starts
         torch.manual_seed(config.seed)
         np.random.seed(config.seed % 2**32)
-        if saved is not None:
+        self._load_policy(existing)
+        if saved is not None:  # after the model is built (a fresh adapter's init draws from torch's RNG)
             ckpt.restore_rng(saved.rng)
-        # fp32 master weights whatever the compute dtype (see training/precision.py); bf16 runs use autocast
-        self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device, dtype=master_dtype(config.dtype))
-        self.engine = build_engine(config.engine, self.model_dir, device=self.device, dtype=config.dtype,
-                                   seed=config.seed, version=self.state.version, max_model_len=config.max_seq_len,
-                                   vllm_kwargs=config.vllm_kwargs, logprobs_mode="processed")
-        from gym_llm_adapters.weights import WeightSync
-
-        self.sync = WeightSync(self.policy, self.engine)
+        self._start_engine()
         from gym_llm_adapters.training.reporters import make_reporters
 
         self._reporters = make_reporters(config.report_to, self.out_dir, config.to_json(), resume=existing is not None)
@@ -168,6 +170,47 @@ class Trainer:
         self._step_times = StepTimes()  # this run's GRPO steps, by phase
 
     # ------------------------------------------------------------------------------------ setup
+    def _load_policy(self, checkpoint: Path | None) -> None:
+        """``self.policy`` (the transformers model the loss runs on) and ``self.tokenizer``; with LoRA also
+        ``self.peft_model``, the PEFT wrapper of the same modules (adapter checkpoints, the reference scope)."""
+        cfg = self.config
+        self.peft_model = None
+        if cfg.lora is None:
+            self.model_dir = checkpoint if checkpoint is not None else Path(resolve_model(cfg.model))
+            # fp32 master weights whatever the compute dtype (see training/precision.py); bf16 runs use autocast
+            self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device,
+                                                      dtype=master_dtype(cfg.dtype))
+            return
+        # LoRA: the frozen base in the compute dtype (it never steps), the adapter in fp32 (training/lora_run.py)
+        self.model_dir = Path(resolve_model(cfg.model))
+        self.peft_model, self.tokenizer = lora_run.load_lora_policy(self.model_dir, cfg.lora, device=self.device,
+                                                                    dtype=cfg.dtype, adapter_dir=checkpoint)
+        self.policy = self.peft_model.get_base_model()
+        self.state.lora = lora_run.lora_record(cfg.lora, base_model=cfg.model, base_path=str(self.model_dir))
+
+    def _start_engine(self) -> None:
+        """The engine over the starting weights, at the run's policy version, and the sync that pushes to it."""
+        cfg = self.config
+        adapter, self._adapter_root = None, None
+        if self.peft_model is not None:  # each push's adapter folder goes here (the engine reads it)
+            self._adapter_root = Path(tempfile.mkdtemp(prefix="gym_llm_adapters_"))
+            run_id = uuid.uuid4().hex[:8]
+            if self.resumed_from is not None and self.state.version > 0:  # the engine starts on the saved adapter
+                adapter = lora_run.checkpoint_adapter(self.resumed_from, self._adapter_root, version=self.state.version,
+                                                      run_id=run_id)
+        self.engine = build_engine(cfg.engine, self.model_dir, device=self.device, dtype=cfg.dtype, seed=cfg.seed,
+                                   version=self.state.version, max_model_len=cfg.max_seq_len,
+                                   vllm_kwargs=cfg.vllm_kwargs, logprobs_mode="processed", lora_rank=cfg.lora_rank,
+                                   adapter=adapter)
+        if self.peft_model is None:
+            from gym_llm_adapters.weights import WeightSync
+
+            self.sync = WeightSync(self.policy, self.engine)
+        else:
+            from gym_llm_adapters.lora import AdapterSync
+
+            self.sync = AdapterSync(self.peft_model, self.engine, root=self._adapter_root, run_id=run_id)
+
     def _build_evaluator(self) -> Evaluator:
         from gym_llm_adapters.engines import SamplingConfig
 
@@ -183,7 +226,8 @@ class Trainer:
 
         cfg = self.config
         lr = cfg.sft_learning_rate if phase == "sft" and cfg.sft_learning_rate is not None else cfg.learning_rate
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # all, or a LoRA adapter's
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
         length = cfg.sft_warmup_steps if phase == "sft" and cfg.algorithm == "grpo" else cfg.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, functools.partial(lr_factor, warmup=max(cfg.lr_warmup_steps, 0), length=length,
@@ -223,8 +267,10 @@ class Trainer:
         cfg = self.config
         self._push_if_stale()
         if cfg.beta > 0 or cfg.log_kl:  # scored under the same sampling distribution as the policy
-            self.reference = ReferenceKL(self._reference_model(), ReferenceKLConfig(
-                temperature=cfg.temperature, top_p=cfg.top_p, share_prefix=cfg.share_prefix))
+            model, scope = (self._reference_model(), None) if self.peft_model is None else \
+                (self.policy, self._lora_reference_scope())
+            self.reference = ReferenceKL(model, ReferenceKLConfig(
+                temperature=cfg.temperature, top_p=cfg.top_p, share_prefix=cfg.share_prefix), scope=scope)
         else:
             self.reference = None
         kwargs = {"task_assignment": "partition", **cfg.env_kwargs}
@@ -264,6 +310,15 @@ class Trainer:
         for p in reference.parameters():
             p.requires_grad_(False)
         return reference
+
+    def _lora_reference_scope(self) -> Any:
+        """LoRA's reference: the base with the adapter off; after an SFT warm start, with the adapter as RL found it
+        (saved once, for resumes; training/lora_run.py says why not a merge)."""
+        if self.state.reference is None and self.config.sft_warmup_steps and self.state.step > 0:
+            path = ckpt.checkpoints_dir(self.out_dir) / "reference"
+            lora_run.save_reference_adapter(self.peft_model, path)
+            self.state.reference = str(path)
+        return lora_run.reference_scope(self.peft_model, self.state.reference, device=self.device)
 
     # ------------------------------------------------------------------------------------ steps
     def _sft_step(self) -> dict[str, float]:
@@ -437,7 +492,8 @@ class Trainer:
         self._push_if_stale()  # the saved version then names exactly the saved weights
         self.state.version = self.engine.version
         self.state.phase = self._phase_of(self.state.step)
-        return ckpt.save_checkpoint(self.out_dir, self.state, model=self.policy, tokenizer=self.tokenizer,
+        model = self.policy if self.peft_model is None else self.peft_model  # a LoRA run saves its adapter
+        return ckpt.save_checkpoint(self.out_dir, self.state, model=model, tokenizer=self.tokenizer,
                                     optimizer=self.optimizer, scheduler=self.scheduler,
                                     keep=self.config.keep_checkpoints)
 
@@ -519,6 +575,8 @@ class Trainer:
         for reporter in getattr(self, "_reporters", ()):
             reporter.close()
         self.engine.close()
+        if self._adapter_root is not None:  # a LoRA run's pushed adapter folders
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
 
     def __enter__(self) -> "Trainer":
         return self
