@@ -7,6 +7,7 @@ policy aborts with ``ENGINE STARTED`` — so a check that runs too late fails lo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -184,6 +185,69 @@ def test_train_out_holding_a_run_needs_resume(in_process, tmp_path):
         (tmp_path / "junk" / "notes.txt").write_text("mine")
         status, err = in_process(*argv)
         assert status == 2 and fragment in err, err
+
+
+# ---------------------------------------------------------------------------- LoRA settings, found first
+NEEDS_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+LORA = ["train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny", "--max-new-tokens", "8"]
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    ([*LORA, "--lora-rank", "0"], ["--lora-rank", "expected a whole number >= 1 (the LoRA adapter's rank"]),
+    ([*LORA, "--lora-rank", "65", "--engine", "hf"],  # the tiny model's k_proj and v_proj are 128 -> 64
+     ["LoRA rank 65 is above the narrowest targeted layer's width (64)", "--lora-rank 16"]),
+    ([*LORA, "--lora-rank", "8", "--engine", "hf", "--lora-target-modules", "qkv_proj"],
+     ["['qkv_proj'] are not linear layers of this model", "'q_proj'", "--lora-target-modules down_proj gate_proj"]),
+    ([*LORA, "--lora-alpha", "16"], ["lora_alpha set without lora_rank", "--lora-rank R"]),
+    pytest.param([*LORA, "--lora-rank", "1024", "--engine", "vllm"],
+                 ["--engine vllm cannot serve this adapter", "above the largest rank vLLM serves (512)", "--engine hf"],
+                 marks=NEEDS_VLLM),
+    pytest.param([*LORA, "--lora-rank", "8", "--engine", "vllm", "--vllm-arg", "enable_lora=false"],
+                 ["--vllm-arg enable_lora", "--lora-rank 8 sets vLLM's LoRA switches itself", "drop the --vllm-arg"],
+                 marks=NEEDS_VLLM),
+])
+def test_bad_lora_settings_are_one_clear_line_before_any_engine(in_process, argv, fragments):
+    status, err = in_process(*argv)
+    assert status == 2 and "Traceback" not in err and "ENGINE STARTED" not in err, err[-2000:]
+    for fragment in fragments:
+        assert fragment in err, (fragment, err[-1500:])
+
+
+def _run_folder(path: Path, lora: dict | None) -> Path:
+    """A run folder whose newest checkpoint says what it trained (all a resume reads before the model loads)."""
+    folder = path / "checkpoints" / "step-000003"
+    folder.mkdir(parents=True)
+    state = {"step": 3, "phase": "grpo", "version": 3, "rollout_records": 0, "reference": None, "config": {},
+             "lora": lora}
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    return path
+
+
+def test_a_resume_that_does_not_fit_the_run_is_refused_before_any_engine(in_process, tmp_path):
+    from gym_llm_adapters.lora import LoraSettings
+    from gym_llm_adapters.training.lora_run import lora_record
+
+    full = _run_folder(tmp_path / "full", None)
+    lora = _run_folder(tmp_path / "lora", lora_record(LoraSettings(rank=8), base_model="tiny", base_path="/x"))
+    for argv, fragments in (
+            ([*LORA, "--out", str(full), "--resume", "--lora-rank", "8"],
+             ["is a full fine-tune", "Resume it without the --lora-* options", f"--model {full} --lora-rank 8"]),
+            ([*LORA, "--out", str(lora), "--resume"],
+             ["is a LoRA run (--lora-rank 8 --lora-alpha 16", "Resume it with its settings"]),
+            ([*LORA, "--out", str(lora), "--resume", "--lora-rank", "4", "--engine", "hf"],
+             ["trained an adapter with --lora-rank 8", "got --lora-rank 4", "cannot change its shape"])):
+        status, err = in_process(*argv)
+        assert status == 2 and "Traceback" not in err and "ENGINE STARTED" not in err, err[-2000:]
+        for fragment in fragments:
+            assert fragment in err, (fragment, err[-1500:])
+    # a LoRA run's folder is not a model: the message says how to make one
+    status, err = in_process("eval", "LLMGSM8K-v0", "--model", str(lora), "--source", "arithmetic")
+    assert status == 2 and "holds a LoRA adapter" not in err  # no adapter files in this stand-in folder
+    (lora / "checkpoints" / "step-000003" / "adapter_config.json").write_text("{}")
+    (lora / "checkpoints" / "step-000003" / "adapter_model.safetensors").write_bytes(b"")
+    status, err = in_process("eval", "LLMGSM8K-v0", "--model", str(lora), "--source", "arithmetic")
+    assert status == 2 and "holds a LoRA adapter, not a whole model" in err
+    assert f"gym-llm export {lora} --merge --out MERGED_DIR" in err
 
 
 # ---------------------------------------------------------------------------- internal errors still say so

@@ -1,5 +1,5 @@
-"""The ``gym-llm`` command: ``list``, ``play``, ``eval``, ``train``, ``view``, ``replay`` and ``serve`` (see
-``gym-llm --help``).
+"""The ``gym-llm`` command: ``list``, ``play``, ``eval``, ``train``, ``export``, ``view``, ``replay`` and ``serve``
+(see ``gym-llm --help``).
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser and sets
 ``func`` (called with the parsed namespace; returns the exit status).
@@ -15,7 +15,7 @@ import sys
 
 __all__ = ["main", "build_parser", "parse_args"]
 
-_SUBCOMMANDS = ("list_envs", "play", "evaluate", "train", "view", "replay", "serve")
+_SUBCOMMANDS = ("list_envs", "play", "evaluate", "train", "export", "view", "replay", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

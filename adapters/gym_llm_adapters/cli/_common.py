@@ -159,6 +159,9 @@ def _number(convert: Any, accept: Any, expected: str) -> Any:
 positive_int = _number(int, lambda v: v >= 1, "a whole number >= 1")
 non_negative_float = _number(float, lambda v: v >= 0, "a number >= 0")
 probability = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+positive_float = _number(float, lambda v: v > 0, "a number > 0")
+dropout = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+lora_rank = _number(int, lambda v: v >= 1, "a whole number >= 1 (the LoRA adapter's rank; 8 to 32 is usual)")
 
 
 def check_env(env_id: str | None, command: str) -> Any:
@@ -222,6 +225,10 @@ def check_model(spec: str) -> tuple[str, Any, int | None]:
     from gym_llm_adapters.cli.errors import UsageError
     from gym_llm_adapters.models.resolve import EMBEDDED_MODELS, resolve_model
 
+    adapter = lora_checkpoint_of(spec)
+    if adapter is not None:
+        raise UsageError(f"--model {spec}: {adapter} holds a LoRA adapter, not a whole model. Merge it into its base "
+                         f"first: gym-llm export {spec} --merge --out MERGED_DIR, then --model MERGED_DIR")
     try:
         model_dir = resolve_model(spec)
     except (ValueError, OSError, ImportError) as e:
@@ -241,6 +248,21 @@ def check_model(spec: str) -> tuple[str, Any, int | None]:
     if config.is_file():
         longest = json.loads(config.read_text()).get("max_position_embeddings")
     return model_dir, tokenizer, longest
+
+
+def lora_checkpoint_of(spec: str) -> Any:
+    """The LoRA adapter checkpoint ``spec`` names (a LoRA run's folder: its newest checkpoint; or a checkpoint
+    folder), or None."""
+    from pathlib import Path
+
+    from gym_llm_adapters.training.checkpoint import latest_checkpoint
+    from gym_llm_adapters.training.lora_run import is_lora_checkpoint
+
+    path = Path(str(spec)).expanduser()
+    if not path.is_dir() or (path / "config.json").exists():
+        return None
+    folder = latest_checkpoint(path) or path
+    return folder if is_lora_checkpoint(folder) else None
 
 
 def fit_seq_len(requested: int | None, longest: int | None, *, default: int, max_new_tokens: int) -> int:

@@ -33,17 +33,29 @@ from gym_llm_adapters.cli._common import (
     dtype_for,
     engine_kind,
     env_kwargs_from,
+    dropout,
     fit_seq_len,
+    lora_rank,
     non_negative_float,
+    positive_float,
     positive_int,
     probability,
     probe_env,
 )
+
 from gym_llm_adapters.cli.errors import UsageError
 
 __all__ = ["register", "run", "config_from_args"]
 
 logger = logging.getLogger(__name__)
+
+
+def _target_modules(value: str | list[str] | None) -> str | tuple[str, ...]:
+    """``--lora-target-modules`` (or a config's ``lora_target_modules``, a string or a list) as TrainConfig takes it."""
+    if value is None:
+        return "all-linear"
+    names = [value] if isinstance(value, str) else [str(v) for v in value]
+    return "all-linear" if names == ["all-linear"] else tuple(names)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,6 +125,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="leave episodes cut by the length or turn limit out of the loss")
     grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
     grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
+    lora = parser.add_argument_group(
+        "LoRA (train a low-rank adapter on the frozen model instead of every weight; docs/cli.md, 'LoRA')")
+    lora.add_argument("--lora-rank", type=lora_rank, default=None, metavar="R",
+                      help="train a LoRA adapter of rank R (PEFT): only the adapter trains and is pushed to the "
+                           "engine; the KL reference is the model with the adapter off; checkpoints hold the adapter "
+                           "(gym-llm export RUN --merge makes a plain model). Default: train every weight")
+    lora.add_argument("--lora-alpha", type=positive_float, default=None, metavar="A",
+                      help="scale the update by A / R (default: 2 R)")
+    lora.add_argument("--lora-dropout", type=dropout, default=0.0, metavar="P",
+                      help="dropout on the adapter's input in training, in [0, 1) (default: 0)")
+    lora.add_argument("--lora-target-modules", nargs="+", default=None, metavar="NAME",
+                      help="the linear layers to adapt, by name (e.g. q_proj v_proj), or all-linear (default: every "
+                           "linear layer but the output head)")
     sft = parser.add_argument_group("SFT (plain, or the GRPO warm-up)")
     sft.add_argument("--sft-data", default="references",
                      help="'references' (the env tasks' worked solutions) or a rollout file (default: references)")
@@ -178,6 +203,24 @@ def _check_config_file(args: argparse.Namespace) -> None:
         raise UsageError(str(e)) from e
 
 
+def _check_lora(config, resume: bool) -> None:
+    """LoRA settings that cannot work are refused before any model loads: ones that do not fit the run being resumed
+    (or a LoRA run resumed without them), an engine that cannot serve adapters, target modules the model lacks, a rank
+    above a targeted layer's width."""
+    from gym_llm_adapters.training import lora_run
+    from gym_llm_adapters.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state
+
+    try:
+        if resume:
+            state = load_trainer_state(latest_checkpoint(config.out_dir))
+            lora_run.check_resume(config.lora, config.model, state.lora, run=config.out_dir)
+        if config.lora is not None:
+            lora_run.check_engine(config.engine, config.lora_rank, config.vllm_kwargs)
+            lora_run.check_model(config.lora, config.model)
+    except (CheckpointError, ValueError) as e:
+        raise UsageError(str(e)) from e
+
+
 def config_from_args(args: argparse.Namespace):
     """The :class:`~gym_llm_adapters.training.TrainConfig` the flags describe."""
     from gym_llm_adapters.training import TrainConfig
@@ -198,7 +241,10 @@ def config_from_args(args: argparse.Namespace):
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
         mask_truncated_completions=args.mask_truncated_completions,
-        micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None, sft_data=args.sft_data, sft_batch_size=args.sft_batch_size,
+        micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None,
+        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+        lora_target_modules=_target_modules(args.lora_target_modules), sft_data=args.sft_data,
+        sft_batch_size=args.sft_batch_size,
         sft_examples=args.sft_examples, sft_min_reward=args.sft_min_reward, sft_top_k=args.sft_top_k,
         eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_temperature=args.eval_temperature,
         pass_threshold=args.pass_threshold, save_every=args.save_every, keep_checkpoints=args.keep_checkpoints,
@@ -222,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except (ValueError, ImportError) as e:  # a cross-field check of TrainConfig, or a --report-to not installed
         raise UsageError(str(e)) from e
+    _check_lora(config, args.resume)
     for kwargs in (config.env_kwargs, {**config.env_kwargs, **config.eval_env_kwargs}):  # training and eval envs
         probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=config.max_seq_len,
                   max_action_tokens=config.max_new_tokens)

@@ -143,3 +143,47 @@ def test_config_file_gives_defaults_that_flags_override(tmp_path):
 
     with pytest.raises(UsageError, match="unknown key 'stepz' \\(did you mean 'steps'\\?\\)"):  # exit 2 via main()
         parse_args(["train", "grpo", "--config", str(toml)])
+
+
+def test_config_file_gives_the_lora_settings(tmp_path):
+    from gym_llm_adapters.cli import parse_args
+    from gym_llm_adapters.cli.train import config_from_args
+    from gym_llm_adapters.lora import LoraSettings
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('env = "LLMGSM8K-v0"\nlora_rank = 8\nlora-alpha = 32\nlora_target_modules = ["q_proj", "v_proj"]\n')
+    config = config_from_args(parse_args(["train", "grpo", "--config", str(toml), "--engine", "hf"]))
+    assert config.lora == LoraSettings(rank=8, alpha=32.0, target_modules=("q_proj", "v_proj"))
+    toml.write_text('env = "LLMGSM8K-v0"\nlora_rank = 8\nlora_target_modules = "all-linear"\n')
+    config = config_from_args(parse_args(["train", "grpo", "--config", str(toml), "--lora-dropout", "0.05"]))
+    assert config.lora == LoraSettings(rank=8, dropout=0.05) and config.lora.scale_alpha == 16.0
+    config = config_from_args(parse_args(["train", "grpo", "--env", "LLMGSM8K-v0", "--lora-rank", "4",
+                                          "--lora-target-modules", "o_proj"]))
+    assert config.lora_target_modules == ("o_proj",)
+    assert config_from_args(parse_args(["train", "grpo", "--env", "LLMGSM8K-v0"])).lora is None
+
+
+@pytest.mark.slow
+def test_lora_run_from_the_command_line_then_view_replay_export_and_eval(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "grpo", "--env", "LLMGSM8K-v0", *ARITHMETIC, "--model", "tiny", "--engine", "hf",
+                 "--lora-rank", "4", "--lora-target-modules", "q_proj", "v_proj", "--steps", "2", "--num-tasks", "2",
+                 "--group-size", "4", "--branch-turn", "1", "--max-new-tokens", "8", "--max-seq-len", "128",
+                 "--eval-every", "0", "--eval-episodes", "4", "--out", str(run), "--no-progress"]) == 0
+    assert "done after 2 steps" in capsys.readouterr().out
+    checkpoint = run / "checkpoints" / "step-000002"
+    assert (checkpoint / "adapter_model.safetensors").is_file()
+    assert json.loads((checkpoint / "adapter_config.json").read_text())["target_modules"] in (
+        ["q_proj", "v_proj"], ["v_proj", "q_proj"])
+    assert main(["view", str(run)]) == 0 and (run / "report.html").is_file()
+    assert main(["replay", str(run / "rollouts.jsonl"), "--no-progress"]) == 0
+    assert "16 episodes (16 steps): 16 exact, 0 differ" in capsys.readouterr().out
+    # a LoRA run is not a model for --model: the error says how to make one, and export makes it
+    assert main(["eval", "LLMGSM8K-v0", *ARITHMETIC, "--model", str(run), "--engine", "hf", "--n", "2"]) == 2
+    assert f"gym-llm export {run} --merge --out MERGED_DIR" in capsys.readouterr().err
+    merged = tmp_path / "merged"
+    assert main(["export", str(run), "--merge", "--out", str(merged)]) == 0
+    out = tmp_path / "eval.jsonl"
+    assert main(["eval", "LLMGSM8K-v0", *ARITHMETIC, "--model", str(merged), "--engine", "hf", "--n", "2",
+                 "--max-new-tokens", "8", "--max-seq-len", "128", "--out", str(out), "--no-progress"]) == 0
+    assert len(read_rollouts(out)) == 2
