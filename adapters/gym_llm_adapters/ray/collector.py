@@ -410,6 +410,18 @@ class RayCollector:
         """Broadcast new weights to the engine actors (see :meth:`EngineGroup.load_weights`); the new version."""
         return self.engines.load_weights(weights)
 
+    @property
+    def serves_adapters(self) -> bool:
+        return self.engines.serves_adapters
+
+    @property
+    def adapter(self) -> Any:
+        return self.engines.adapter
+
+    def load_adapter(self, adapter: Any) -> int:
+        """Ship a LoRA adapter to the engine actors (see :meth:`EngineGroup.load_adapter`); the new version."""
+        return self.engines.load_adapter(adapter)
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Close the envs, end the worker actors and (when the collector started them) the engine actors."""
         import ray

@@ -10,6 +10,11 @@
   :mod:`gym_llm_adapters.ray.weights`) and bumps the common ``version``. It restarts a dead actor up to
   ``max_restarts`` times, at the group's version and with the weights pushed so far, so a restart never
   changes what the policy samples; past that it raises :class:`EngineDiedError`.
+
+LoRA: ``load_adapter`` ships the adapter's bytes (:class:`~gym_llm_adapters.ray.weights.PackedAdapter`, one object-store
+copy), each actor writes them to a folder of its own and loads that into its engine (built with ``lora_rank=R`` in the
+:class:`~gym_llm_adapters.ray.specs.EngineSpec`), so actors on other machines need no shared file system. A restarted
+actor starts serving the latest adapter (and then takes the weight updates kept for restarts).
 """
 
 from __future__ import annotations
@@ -18,16 +23,22 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
+import tempfile
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from gym_llm_adapters.engines.base import SamplingConfig
 from gym_llm_adapters.ray.specs import (EngineCallError, EngineDiedError, EngineSpec, EngineUnavailableError,
                                         require_ray)
-from gym_llm_adapters.ray.weights import PackedWeights
+from gym_llm_adapters.ray.weights import PackedAdapter, PackedWeights
 from gym_llm_adapters.types import Completion
+
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
 
 __all__ = ["EngineActor", "RemoteEngine", "EngineGroup"]
 
@@ -41,15 +52,19 @@ class EngineActor:
     and ``info`` answer at once even while a long ``generate`` runs (the actor has a few threads).
     """
 
-    def __init__(self, spec: EngineSpec, version: int = 0):
-        self.engine = spec.build(version=version)
+    def __init__(self, spec: EngineSpec, version: int = 0, adapter: PackedAdapter | None = None):
+        self._adapter_root = Path(tempfile.mkdtemp(prefix="gym_llm_actor_adapters_"))  # this actor's adapter folders
+        initial = None if adapter is None else adapter.unpack(self._adapter_root, version=version)
+        self.engine = spec.build(version=version, adapter=initial)
         self._lock = contextlib.nullcontext() if spec.thread_safe else threading.Lock()
+        self._adapter_lock = threading.Lock()  # pushes one at a time, also for thread-safe engines
 
     def info(self) -> dict[str, Any]:
         import ray
 
+        adapter = getattr(self.engine, "adapter", None)
         return {"version": int(self.engine.version), "engine": type(self.engine).__name__, "pid": os.getpid(),
-                "node_ip": ray.util.get_node_ip_address()}
+                "node_ip": ray.util.get_node_ip_address(), "adapter": None if adapter is None else adapter.name}
 
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
@@ -75,11 +90,37 @@ class EngineActor:
                 version = int(self.engine.load_weights(update.items()))
             return version
 
+    def serves_adapters(self) -> bool:
+        return bool(getattr(self.engine, "serves_adapters", False))
+
+    def adapter(self) -> "Adapter | None":
+        return getattr(self.engine, "adapter", None)
+
+    def load_adapter(self, packed: PackedAdapter) -> int:
+        """Write the adapter's files to a folder of this actor's and load it; the new version. The folders of the
+        served adapter and the one before it stay (an engine may read its adapter again); older ones go."""
+        load = getattr(self.engine, "load_adapter", None)
+        if load is None or not self.serves_adapters():
+            raise ValueError(f"The {type(self.engine).__name__} in this actor does not serve LoRA adapters; build it "
+                             "with LoRA on: EngineSpec(kind, ..., lora_rank=R).")
+        with self._adapter_lock, self._lock:
+            adapter = packed.unpack(self._adapter_root)
+            try:
+                version = int(load(adapter))
+            except BaseException:
+                shutil.rmtree(adapter.path, ignore_errors=True)
+                raise
+            folders = sorted(self._adapter_root.iterdir(), key=lambda p: p.stat().st_mtime)
+            for old in folders[:-2]:
+                shutil.rmtree(old, ignore_errors=True)
+            return version
+
     def close(self) -> None:
         with self._lock:
             close = getattr(self.engine, "close", None)
             if close is not None:
                 close()
+        shutil.rmtree(self._adapter_root, ignore_errors=True)
 
 
 def _writable(x: Any) -> Any:
@@ -132,6 +173,19 @@ class RemoteEngine:
     def load_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
         return int(self._call("load_weights", PackedWeights.pack(weights)))
 
+    @property
+    def serves_adapters(self) -> bool:
+        return bool(self._call("serves_adapters"))
+
+    @property
+    def adapter(self) -> "Adapter | None":
+        """The actor's adapter (its ``path`` is the actor's own folder)."""
+        return self._call("adapter")
+
+    def load_adapter(self, adapter: "Adapter") -> int:
+        """Ship ``adapter``'s files to the actor and load it there; the new version."""
+        return int(self._call("load_adapter", PackedAdapter.pack(adapter)))
+
     def close(self) -> None:
         """Nothing to release: the group owns the actor."""
 
@@ -170,18 +224,25 @@ class EngineGroup:
             actor usually has a cause that would repeat (out of memory, a bad kernel) and raises instead of
             looping through model loads.
         keep_weights: keep the pushed weights in the object store so that restarts can restore them (one copy
-            of the latest full state dict, plus later partial updates). False saves that memory; a death after
-            a push then raises :class:`EngineDiedError`.
-        version: the engines' initial version (when resuming a run).
+            of the latest full state dict, plus later partial updates, and the latest LoRA adapter). False saves
+            that memory; a death after a push then raises :class:`EngineDiedError`.
+        version: the engines' initial version (when resuming a run; default 0, or ``adapter.version``).
+        adapter: a LoRA adapter every actor serves from the start (a resumed LoRA run), at ``adapter.version``.
         start_timeout_s: how long to wait for the actors to start (placement + model load).
     """
 
     def __init__(self, spec: EngineSpec, num_engines: int = 1, *, actor_options: Mapping[str, Any] | None = None,
-                 max_concurrency: int = 4, max_restarts: int = 1, keep_weights: bool = True, version: int = 0,
-                 start_timeout_s: float = 600.0):
+                 max_concurrency: int = 4, max_restarts: int = 1, keep_weights: bool = True, version: int | None = None,
+                 start_timeout_s: float = 600.0, adapter: "Adapter | None" = None):
         ray = require_ray()
         if not isinstance(spec, EngineSpec):
             raise TypeError(f"spec must be an EngineSpec, got {type(spec).__name__}.")
+        if adapter is not None:
+            if version is not None and version != adapter.version:
+                raise ValueError(f"EngineGroup version={version} disagrees with the adapter's version "
+                                 f"{adapter.version}; engines that start with an adapter are at its version.")
+            version = adapter.version
+        version = 0 if version is None else version
         for name, value, low in (("num_engines", num_engines, 1), ("max_concurrency", max_concurrency, 1),
                                  ("max_restarts", max_restarts, 0), ("version", version, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -194,6 +255,9 @@ class EngineGroup:
         self._updates: list[Any] = []  # object refs of the PackedWeights pushed since the last full update
         self._update_names: set[str] = set()
         self._weights_lost = False
+        self._adapter = adapter  # the latest adapter pushed (driver-side path), and its bytes in the object store
+        self._adapter_ref = None if adapter is None else ray.put(PackedAdapter.pack(adapter))
+        self._serves_adapters: bool | None = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
         self._slots = [_Slot(self._start_actor(version)) for _ in range(num_engines)]
@@ -201,7 +265,8 @@ class EngineGroup:
 
     # ------------------------------------------------------------------------------ actors
     def _start_actor(self, version: int) -> Any:
-        return self._remote_cls.options(**self._options).remote(self.spec, version)
+        """A new actor at ``version``, serving the latest adapter (relabelled to ``version``) when there is one."""
+        return self._remote_cls.options(**self._options).remote(self.spec, version, self._adapter_ref)
 
     def _wait_ready(self, indices: list[int]) -> list[dict[str, Any]]:
         import ray
@@ -272,6 +337,7 @@ class EngineGroup:
             slot.actor = actor = self._start_actor(self._version - len(updates))
             logger.warning("Engine actor %d died (%s); restarting it (%d/%d) at version %d.", index, cause,
                            slot.restarts, self.max_restarts, self._version)
+        # (it started serving the latest adapter; the weight updates kept since the last full one follow)
         if updates:  # before any other call can reach the new actor's model
             ray.get(actor.load_weights.remote(*updates), timeout=self.start_timeout_s)
         self._wait_ready([index])
@@ -346,6 +412,51 @@ class EngineGroup:
             raise
         if any(v != self._version for v in versions):
             raise RuntimeError(f"The engine actors' versions disagree after the weight push: {versions} "
+                               f"(the group is at {self._version}).")
+        return self._version
+
+    # ------------------------------------------------------------------------------ adapters
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether the actors' engines serve LoRA adapters (asked once: every actor builds the same spec)."""
+        if self._serves_adapters is None:
+            self._serves_adapters = bool(self._with_restarts(0, "serves_adapters"))
+        return self._serves_adapters
+
+    @property
+    def adapter(self) -> "Adapter | None":
+        """The latest adapter pushed to the actors (``None``: the base model)."""
+        return self._adapter
+
+    def load_adapter(self, adapter: "Adapter") -> int:
+        """Ship ``adapter``'s files to every actor (one object-store copy) and load it; the new common version.
+
+        A refusal (any actor's) raises :class:`EngineCallError` with the group as it was; ``RuntimeError`` if the
+        actors' versions disagree afterwards."""
+        import ray
+
+        if adapter.version != self._version + 1:
+            raise ValueError(f"The adapter {adapter.name!r} is for version {adapter.version}; the engine group is at "
+                             f"{self._version}, so its next adapter is for {self._version + 1}.")
+        ref = ray.put(PackedAdapter.pack(adapter))
+        with self._lock:
+            saved = (self._adapter, self._adapter_ref, self._weights_lost, self._version)
+            self._adapter = adapter
+            if self.keep_weights:
+                self._adapter_ref = ref
+            else:
+                self._weights_lost = True
+            self._version += 1
+        try:
+            versions = self._run([(i, "load_adapter", (ref,)) for i in range(self.num_engines)], restored=True)
+        except EngineCallError:  # refused by the engines: the group stays as it was
+            self._adapter, self._adapter_ref, self._weights_lost, self._version = saved
+            if len(set(self.versions())) != 1:
+                raise RuntimeError("An adapter push failed on some engine actors only; their versions now disagree: "
+                                   f"{self.versions()}.") from None
+            raise
+        if any(v != self._version for v in versions):
+            raise RuntimeError(f"The engine actors' versions disagree after the adapter push: {versions} "
                                f"(the group is at {self._version}).")
         return self._version
 

@@ -84,7 +84,9 @@ class EngineSpec:
     ``"hf"`` builds :class:`~gym_llm_adapters.engines.HFEngine`, ``"vllm_server"``
     :class:`~gym_llm_adapters.engines.VLLMServerEngine`; a callable is called as ``factory(*args, version=v,
     **kwargs)`` and must return an :class:`~gym_llm_adapters.engines.Engine`. ``version`` is set by the
-    engine group (a restarted engine resumes at the group's version).
+    engine group (a restarted engine resumes at the group's version), and so is ``adapter=`` (the LoRA adapter
+    served, passed only when there is one). For LoRA give the engine's ``lora_rank=R`` here:
+    ``EngineSpec("vllm", path, lora_rank=16, ...)``.
 
     Args:
         kind: ``"hf"``, ``"vllm"``, ``"vllm_server"`` or a factory.
@@ -99,18 +101,21 @@ class EngineSpec:
             raise ValueError(f"EngineSpec kind must be one of {sorted(_ENGINE_KINDS)} or a factory, got {kind!r}.")
         if not (isinstance(kind, str) or callable(kind)):
             raise TypeError(f"EngineSpec kind must be a str or a callable, got {type(kind).__name__}.")
-        if "version" in kwargs:
-            raise ValueError("EngineSpec sets the engine's version itself; pass version= to EngineGroup instead.")
+        for own in ("version", "adapter"):
+            if own in kwargs:
+                raise ValueError(f"EngineSpec sets the engine's {own} itself; pass {own}= to EngineGroup instead.")
         self.kind, self.args, self.kwargs, self.thread_safe = kind, tuple(args), dict(kwargs), bool(thread_safe)
 
-    def build(self, version: int = 0) -> Any:
-        """The engine, at ``version`` (called inside the engine actor)."""
+    def build(self, version: int = 0, adapter: Any = None) -> Any:
+        """The engine, at ``version`` (called inside the engine actor); serving the LoRA ``adapter`` (an
+        :class:`~gym_llm_adapters.lora.Adapter` at that version) from the start when given."""
         if isinstance(self.kind, str):
             module, name = _ENGINE_KINDS[self.kind]
             factory = getattr(importlib.import_module(module), name)
         else:
             factory = self.kind
-        engine = factory(*self.args, version=version, **self.kwargs)
+        extra = {} if adapter is None else {"adapter": adapter}  # factories without LoRA need not take it
+        engine = factory(*self.args, version=version, **extra, **self.kwargs)
         for member in ("generate", "logprobs", "load_weights", "version"):
             if not hasattr(engine, member):
                 raise TypeError(f"The engine built by {self!r} has no `{member}`; it must implement the Engine protocol.")

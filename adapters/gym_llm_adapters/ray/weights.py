@@ -6,19 +6,28 @@ as out-of-band buffers that actors on the same node map read-only from shared me
 (and that cross to another node once per node). So each tensor travels as its raw bytes (a ``uint8``
 numpy view — which also carries ``bfloat16``, a dtype numpy lacks) plus its dtype and shape, and the
 actor rebuilds torch views over those bytes. Engines copy the views into their own parameters.
+
+A LoRA adapter travels the same way as :class:`PackedAdapter`: the bytes of its two files (a few MB at most; rank 16
+on every linear layer of a 7B model is ~80 MB in bf16) plus its name, id, version and rank. Each engine actor writes
+them to a folder of its own and loads that, so an actor on another machine needs no shared file system.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
 from gym_llm_adapters.engines.base import named_tensors
 
-__all__ = ["PackedWeights"]
+if TYPE_CHECKING:
+    from gym_llm_adapters.lora import Adapter
+
+__all__ = ["PackedAdapter", "PackedWeights"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +80,50 @@ class PackedWeights:
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+@dataclass(frozen=True)
+class PackedAdapter:
+    """A LoRA adapter (:class:`~gym_llm_adapters.lora.Adapter`) with its folder's files as bytes, for the object store.
+
+    Attributes:
+        name, int_id, version, rank: the adapter's (see :class:`~gym_llm_adapters.lora.Adapter`).
+        files: ``(file name, bytes as a uint8 array)`` for each file of the folder (PEFT's config and weights).
+    """
+
+    name: str
+    int_id: int
+    version: int
+    rank: int
+    files: tuple[tuple[str, np.ndarray], ...]
+
+    @classmethod
+    def pack(cls, adapter: "Adapter") -> "PackedAdapter":
+        """Read ``adapter``'s folder (its two PEFT files)."""
+        from gym_llm_adapters.engines.base import check_adapter_folder
+        from gym_llm_adapters.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+        check_adapter_folder(adapter.path)
+        files = tuple((name, np.frombuffer((Path(adapter.path) / name).read_bytes(), dtype=np.uint8))
+                      for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS))
+        return cls(adapter.name, int(adapter.int_id), int(adapter.version), int(adapter.rank), files)
+
+    def unpack(self, root: str | Path, *, version: int | None = None) -> "Adapter":
+        """Write the files to the new folder ``root/<name>`` and return the adapter served from there.
+        ``version`` relabels it (an engine restarted at another version; the name and id stay)."""
+        from gym_llm_adapters.lora import ADAPTER_WEIGHTS, Adapter
+
+        folder = Path(root) / self.name
+        if folder.exists():  # never rewrite the files of an adapter that may be served: names are new per version
+            raise ValueError(f"An adapter named {self.name!r} was already unpacked in {root}; every version's adapter "
+                             "needs a new name (Adapter.for_version).")
+        folder.mkdir(parents=True)
+        for name, data in self.files:
+            (folder / name).write_bytes(data.tobytes())
+        adapter = Adapter(path=folder, version=self.version, name=self.name, int_id=self.int_id, rank=self.rank,
+                          num_bytes=(folder / ADAPTER_WEIGHTS).stat().st_size)
+        return adapter if version is None else dataclasses.replace(adapter, version=int(version))
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(data.nbytes for _, data in self.files))
