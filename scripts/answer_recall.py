@@ -142,8 +142,8 @@ def tinyzero(item: Item) -> bool:
 GRADERS: dict[str, dict[str, Callable[[Item], bool]]] = {
     "gsm8k": {"gym-llm": gym_llm_gsm8k, "lm-eval strict": lm_eval_strict, "lm-eval flexible": lm_eval_flexible,
               "math-verify": math_verify_alone},
-    "countdown": {"gym-llm": gym_llm_countdown, "TinyZero": tinyzero, "last number (lm-eval flexible)": lm_eval_flexible,
-                  "math-verify": math_verify_alone},
+    "countdown": {"gym-llm": gym_llm_countdown, "TinyZero": tinyzero,
+                  "last number (lm-eval flexible)": lm_eval_flexible, "math-verify": math_verify_alone},
     "reasoning_gym": {"gym-llm": gym_llm_reasoning_gym, "reasoning-gym": reasoning_gym_own,
                       "last number (lm-eval flexible)": lm_eval_flexible, "math-verify": math_verify_alone},
 }

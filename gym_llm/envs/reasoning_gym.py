@@ -188,7 +188,8 @@ def _read(read: FinalAnswer, reference: str) -> tuple[str, str | None]:
         def same(other: str) -> bool:
             return decorations_removed(other) == candidate
 
-        extra = candidate[len(reference.strip()):] if candidate.casefold().startswith(reference.strip().casefold()) else ""
+        starts = candidate.casefold().startswith(reference.strip().casefold())
+        extra = candidate[len(reference.strip()):] if starts else ""
         problem = f"more than one answer ({candidate[:40]})" if reference.strip() and _MORE_RE.match(extra) else None
     return candidate, problem or tagged_answer_problem(read, value, same)
 

@@ -34,7 +34,8 @@ __all__ = ["FinalAnswer", "answer_line", "answer_tag", "decorations_removed", "f
            "tagged_answer_problem"]
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
-_ANSWER_LINE_RE = re.compile(r"^[ \t>*_#-]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*([^\n<]+)$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE_RE = re.compile(r"^[ \t>*_#-]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*([^\n<]+)$",
+                             re.IGNORECASE | re.MULTILINE)
 
 
 def answer_tag(reply: str) -> str | None:
@@ -134,7 +135,8 @@ def read_final_answer(reply: str) -> FinalAnswer:
     later = scope[end:].replace(_OPEN, " ").replace(_CLOSE, " ")
     lines = tuple(m.group(1).strip(" \t*_\r") for m in _ANSWER_LINE_RE.finditer(scope, end))  # "Answer: 2" after a tag
     others = tuple(c for _, _, c in tags[:-1]) + tuple(line for line in lines if line)
-    return FinalAnswer(tags[-1][2], True, others, _plain(prefix), _plain(later), _plain(scope[max(0, start - 2000):start]))
+    work = _plain(scope[max(0, start - 2000):start])
+    return FinalAnswer(tags[-1][2], True, others, _plain(prefix), _plain(later), work)
 
 
 def tagged_answer_problem(answer: FinalAnswer, value: Fraction | None, same: Callable[[str], bool]) -> str | None:

@@ -33,14 +33,20 @@ from typing import Callable
 
 from gym_llm.rewards.number_text import CALCULATOR_RE, NUMBER_RE, clean_latex, to_fraction, unemphasize
 
-__all__ = ["after_thinking", "answer_problem", "answer_token", "answer_value", "derived_in", "is_sign_off", "later_problem",
-           "number_hedged", "prefix_problem", "split_clause"]
+__all__ = ["MAX_CLAUSE_CHARS", "MAX_LATER_CHARS", "after_thinking", "answer_problem", "answer_token", "answer_value", "derived_in", "is_sign_off",
+           "later_problem", "number_hedged", "prefix_problem", "split_clause"]
 
+MAX_CLAUSE_CHARS = 500
+"""An answer's clause, at most ("Answer: she sells 16 - 3 - 4 = 9 eggs, so she makes 9 * $2 = $18" is 70)."""
+MAX_LATER_CHARS = 8_000
+"""What may follow a final answer, at most: closing remarks and justifications are short; a longer tail means the
+answer was not the final one (and every later sentence is read, so this also bounds a grade's time)."""
 _NUM = r"[-−]?\$?\s?\d"  # where a number starts (after an optional sign and currency)
 _NUMBER = _NUM + r"(?:[\d,]|\.\d)*"  # and the rest of it
 
 # ------------------------------------------------------------------------------------------------ the clause
-_JUSTIFYING = (r"since|because|as|from|which|given|after|thanks\s+to|via|due\s+to|based\s+on|i\.e\.|e\.g\.|where|when|by"
+_JUSTIFYING = (r"since|because|as|from|which|given|after|thanks\s+to|via|due\s+to|based\s+on|i\.e\.|e\.g\.|where"
+               r"|when|by"
                r"|using|computed|calculated|counting")
 _LEADING = (r"so|thus|therefore|hence|making|giving|meaning|for\s+a\s+total|that\s+means|this\s+means"
             r"|which\s+(?:gives|makes|means|comes\s+to|equals|totals|brings)")
@@ -86,10 +92,12 @@ def split_clause(answer: str) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------- what may not follow
 _CORRECTION_RE = re.compile(
     r"(?:^|(?<=[\s,;:(—\"'*_-]))(?:"
-    r"actually(?=\s*[,.!:]|\s+(?:\S+\s+){0,3}?" + _NUM + r"|\s*$)|(?:is|it'?s|be|'s|answer\s+is)\s+actually|^\W*actually"
+    r"actually(?=\s*[,.!:]|\s+(?:\S+\s+){0,3}?" + _NUM + r"|\s*$)|(?:is|it'?s|be|'s|answer\s+is)\s+actually"
+    r"|^\W*actually"
     r"|(?<!can't )(?<!can’t )(?<!cannot )wait(?!\s+(?:for|until|till|to)\b)(?!ing)"
     r"|hold\s+on|hang\s+on|oops|whoops|correction|corrected|(?:i|we)\s+meant|i\s+mean(?=\s*,|\s+" + _NUM + r")"
-    r"|scratch\s+that|strike\s+that|let\s+me\s+(?:re-?(?:check|calculate|compute|do|consider|count|think|run|examine|evaluate"
+    r"|scratch\s+that|strike\s+that|let\s+me\s+(?:re-?(?:check|calculate|compute|do|consider|count|think|run|examine"
+    r"|evaluate"
     r"|work|read|verify)|correct|fix|revise|try\s+again|start\s+over|think|check\s+again)"
     r"|re-?calculat\w*|re-?evaluat\w*|on\s+(?:second|further)\s+(?:thought|look|inspection|reflection)"
     r"|or\s+rather|then\s+again|hmm+|(?<!if )(?<!in case )i\s+(?:made|make|have\s+made|'ve\s+made)\s+(?:a|an|one)\s+"
@@ -112,7 +120,8 @@ _STRONG_HEDGE_RE = re.compile(
     r"|give\s+or\s+take|or\s+so\b|roughly|approx(?:imately|\.)?|ballpark|more\s+or\s+less|plus\s+or\s+minus"
     r"|i'?m\s+guessing|(?:my\s+(?:best\s+)?|a\s+)guess|grain\s+of\s+salt|don'?t\s+quote\s+me|estimat\w*"
     r"|(?:is|are)\s+also\s+(?:possible|plausible|an?\s+option)|also\s+(?:possible|plausible)|(?:could|might|may)\s+also"
-    r"\s+be|or\s+(?:maybe|perhaps|possibly|probably)|alternatively,?\s+(?:it\s+)?(?:could|might|may|would)\s+(?:also\s+)?be"
+    r"\s+be|or\s+(?:maybe|perhaps|possibly|probably)"
+    r"|alternatively,?\s+(?:it\s+)?(?:could|might|may|would)\s+(?:also\s+)?be"
     r"|(?:might|may|could|would)\s+also\s+work|also\s+works|works\s+too|would\s+work\s+too"
     r"|another\s+(?:option|possibility|possible\s+answer|valid\s+answer|candidate|answer)|either\s+(?:\S+\s+){0,6}?or"
     r")(?!\w)|(?<=\d)\s*-?ish\b",
@@ -129,10 +138,12 @@ _ABOUT_THE_ANSWER_RE = re.compile(r"\b(?:answer|result|correct|right|wrong|accur
                                   re.IGNORECASE)
 _TO_THE_READER_RE = re.compile(r"\b(?:you|your|yours|you'?[a-z]+)\b", re.IGNORECASE)
 _ALTERNATIVE_RE = re.compile(  # "or 19" where a clause starts: ". Or 19.", "\nor 19", "(or 19)", ", or maybe 19"
-    r"(?:^|[,;:(\[—–-])\s*(?:or|nor)\s+(?:(?:maybe|perhaps|possibly|probably|even|else|rather|just|about|it'?s|it\s+is)"
+    r"(?:^|[,;:(\[—–-])\s*(?:or|nor)\s+"
+    r"(?:(?:maybe|perhaps|possibly|probably|even|else|rather|just|about|it'?s|it\s+is)"
     r"\s+){0,2}" + _NUMBER,
     re.IGNORECASE)
-_NUMBER_OR_NUMBER_RE = re.compile(r"(?<![\d,.])(-?\d[\d,]*(?:\.\d+)?)\s*(?:,\s*)?(?:or|nor)\s+(?:[^\W\d_]+\s+){0,2}?\$?(-?\d[\d,]*(?:\.\d+)?)",
+_NUMBER_OR_NUMBER_RE = re.compile(r"(?<![\d,.])(-?\d[\d,]*(?:\.\d+)?)\s*(?:,\s*)?(?:or|nor)\s+"
+                                  r"(?:[^\W\d_]+\s+){0,2}?\$?(-?\d[\d,]*(?:\.\d+)?)",
                                   re.IGNORECASE)
 _LIST_MARKER_RE = re.compile(r"(?m)^[ \t]*(?:\d{1,2}[.)]|[-*•+])[ \t]+")  # "1. ", "- ": a list item, not a number
 _ALTERNATIVE_END_RE = re.compile(r"[,;)\]]|\s[—–]\s")
@@ -206,7 +217,8 @@ def _hedge(sentence: str) -> re.Match | None:
         return None  # "maybe you'd like to try problem 3?" is no hedge; "Maybe?" is
     # "I think it continues from question 2" hedges nothing the reply answered; "I think that's right", "I believe
     # this is correct, but check with your teacher" and "Probably." do
-    about = _ABOUT_THE_ANSWER_RE.search(sentence) or (len(sentence.split()) <= 3 and not _TO_THE_READER_RE.search(sentence))
+    short = len(sentence.split()) <= 3 and not _TO_THE_READER_RE.search(sentence)
+    about = _ABOUT_THE_ANSWER_RE.search(sentence) or short
     return weak if about else None
 
 
@@ -219,6 +231,8 @@ def later_problem(text: str, value: Fraction | None, *, derived_in: str | Callab
     sentence that repeats it must repeat its number too
     ("#### 83" then "This gives a maximum of 15 boxes." after "... = 83 boxes."). ``answer_text``: an answer that is
     not a number; a later conclusion that states a result ("So the result is olleH.") must state it."""
+    if len(text) > MAX_LATER_CHARS:
+        return f"more than {MAX_LATER_CHARS:,} characters after the final answer (it is not the final answer)"
     for sentence in _sentences(_LIST_MARKER_RE.sub("", text.replace("’", "'"))):
         correction = _CORRECTION_RE.search(sentence) or _NO_RE.search(sentence)
         if correction:
@@ -274,7 +288,8 @@ def derived_in(work: str, value: Fraction | None) -> str:
 
 
 _SPEAKER_HEDGE_RE = re.compile(
-    r"\b(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i'?d\s+say|(?:i'?m\s+)?not\s+(?:\w+\s+)?sure|probably|maybe|perhaps"
+    r"\b(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i'?d\s+say|(?:i'?m\s+)?not\s+(?:\w+\s+)?sure|probably|maybe"
+    r"|perhaps"
     r"|possibly|my\s+(?:best\s+)?guess|i'?m\s+guessing|seems?\s+to\s+be|answer\s+(?:could|might|may)\s+be)\b",
     re.IGNORECASE)
 
@@ -302,7 +317,8 @@ def prefix_problem(text: str) -> str | None:
 
 _SIGN_OFF_RE = re.compile(
     r"^\W*(?:thanks|thank\s+you|cheers)|\b(?:let\s+me\s+know|feel\s+free|hope\s+(?:this|that|it)\s+helps|happy\s+to"
-    r"|glad\s+to|good\s+luck|any\s+(?:other\s+|more\s+|further\s+)?questions|(?:need|want)\s+(?:any\s+)?(?:more\s+)?help"
+    r"|glad\s+to|good\s+luck|any\s+(?:other\s+|more\s+|further\s+)?questions"
+    r"|(?:need|want)\s+(?:any\s+)?(?:more\s+)?help"
     r"|if\s+you\s+(?:have|need|want|would|'d|'re)|would\s+you\s+like|do\s+you\s+want|want\s+me\s+to|shall\s+i"
     r"|should\s+i)\b", re.IGNORECASE)
 
@@ -377,6 +393,8 @@ def answer_token(answer: str) -> str | None:
     ('1234', '-4')
     """
     clause, _ = split_clause(_cleaned(answer))
+    if len(clause) > MAX_CLAUSE_CHARS:
+        return None
     numbers = NUMBER_RE.findall(_SIGNED_CURRENCY_RE.sub("-", _result_tail(clause)))
     return numbers[0].replace(",", "").replace("−", "-").strip() if numbers else None
 
@@ -406,6 +424,8 @@ def answer_problem(answer: str, *, later_sentences: bool = True) -> str | None:
     """
     cleaned = _cleaned(answer)
     clause, rest = split_clause(cleaned)
+    if len(clause) > MAX_CLAUSE_CHARS:
+        return f"not one number (an answer clause of {len(clause):,} characters; at most {MAX_CLAUSE_CHARS})"
     malformed = _MALFORMED_NUMBER_RE.search(clause)
     if malformed:
         return f"not one number ({malformed.group(0)})"

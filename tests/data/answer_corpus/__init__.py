@@ -11,8 +11,8 @@
   sentence, an ending in the tool's voice), on the same GSM8K train problems;
 * ``countdown`` — ``generate_countdown(300, seed=45)`` puzzles with their known solutions (each number used once),
   an equation in the forms models write it, wrong equations made by changing one operator;
-* ``reasoning_gym`` — entries of eleven reasoning-gym datasets (``seed=4500``), the reference in the forms models write
-  it, wrong answers taken from another entry (numbers) or with two letters swapped (words).
+* ``reasoning_gym`` — entries of eleven reasoning-gym datasets (``seed=4500``), the reference in the forms models
+  write it, wrong answers taken from another entry (numbers) or with two letters swapped (words).
 
 Correct classes (a false negative when refused): ``plain``, ``sign_off``, ``justification``, ``restatement``,
 ``units``/``format``, ``question``, ``no_marker``. Wrong classes (a false positive when paid): ``wrong_value``,

@@ -195,9 +195,9 @@ def _countdown(batch: str) -> list[Item]:
             forms = {"e": e, "e_plain": e, "t": t, "e_latex": e.replace("*", "\\times").replace("/", "\\div"),
                      "e_unicode": e.replace("*", "×").replace("/", "÷").replace("-", "−"),
                      "e_x": e.replace(" * ", " x "), "e_nospace": e.replace(" ", "")}
-            fields = {**forms, "w": w, "v": v, "k": len(nums), "nums": ", ".join(map(str, nums)), "steps": " and ".join(steps),
-                      "steps_lines": "\n".join(steps), "n0": nums[0], "n1": nums[1], "s01": nums[0] + nums[1],
-                      "p01": nums[0] * nums[1], "d10": nums[1] - nums[0]}
+            fields = {**forms, "w": w, "v": v, "k": len(nums), "nums": ", ".join(map(str, nums)),
+                      "steps": " and ".join(steps), "steps_lines": "\n".join(steps), "n0": nums[0], "n1": nums[1],
+                      "s01": nums[0] + nums[1], "p01": nums[0] * nums[1], "d10": nums[1] - nums[0]}
             fields["form"] = T.COUNTDOWN_FORMS[i % len(T.COUNTDOWN_FORMS)].format(**fields)
             if cls in CORRECT_CLASSES["countdown"] and cls not in ("plain", "format"):
                 fields["e"] = T.COUNTDOWN_FORMS[rng.randrange(len(T.COUNTDOWN_FORMS))].format(**fields).strip()
