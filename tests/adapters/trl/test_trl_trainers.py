@@ -24,7 +24,8 @@ import gym_llm  # noqa: F401
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
 from gym_llm_adapters.rollout_io import RolloutWriter, read_rollouts
 from gym_llm_adapters.trl import EnvRolloutFunc, GSM8KReward, env_dataset, env_reward, sft_dataset
-from trl_cases import TASK, TOOL_ENV, TRAINING_CHATML, check_trl_fields
+from trl_cases import (PEFT_LORA, TASK, TOOL_ENV, TRAINING_CHATML, check_kl_reference_is_the_base,
+                       check_tight_sampling_logs, check_trl_fields, sync_and_compare_to_peft)
 
 # All heavy (@pytest.mark.slow, CI's second run) but TRL's colocated vLLM with the package's weight sync: that one is in
 # every plain run, on every CPU path (scripts/ci_matrix.sh), as it is what fails first where vLLM-CPU repacks weights.
@@ -89,7 +90,7 @@ def test_grpo_with_gsm8k_reward_functions(tmp_path, taught_model_path, gsm8k_tes
     assert scored == 8 and {v for _, out in reward.calls for v in out} >= {0.0, 1.5}
 
 
-def run_rollout_grpo(tmp_path, model_path, data, **config):
+def run_rollout_grpo(tmp_path, model_path, data, peft_config=None, **config):
     """GRPOTrainer + EnvRolloutFunc on LLMPythonTool-v0; returns (trainer logs, TRL outputs, trajectories, rewards)."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -106,7 +107,7 @@ def run_rollout_grpo(tmp_path, model_path, data, **config):
     reward = Recording(env_reward)
     trainer = GRPOTrainer(model=str(model_path), reward_funcs=reward, train_dataset=dataset,
                           args=grpo_config(tmp_path, **config), rollout_func=recording_rollout,
-                          processing_class=AutoTokenizer.from_pretrained(model_path))
+                          processing_class=AutoTokenizer.from_pretrained(model_path), peft_config=peft_config)
     logs = train(trainer)
     rollout.close()
     trajectories = read_rollouts(tmp_path / "rollouts.jsonl")
@@ -131,17 +132,6 @@ def test_grpo_with_env_rollout_func_on_the_python_tool(tmp_path, taught_model_pa
     check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
     assert logs[0]["completions/mean_length"] == np.mean([sum(m) for m in outputs[0]["env_mask"]])  # policy tokens only
     assert any(entry["reward_std"] > 0 for entry in logs)
-
-
-@pytest.fixture
-def restore_environ():
-    """TRL's colocated vLLM writes RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ; put
-    the environment back, or later subprocesses (the examples' tests) would believe they are part of a distributed
-    run and try to join it."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.mark.parametrize("gemm", ["auto", "torch"])
@@ -202,6 +192,31 @@ def test_grpo_with_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model
     # scripts/ci_matrix.sh: mean |diff| 0.023-0.024 to the trained model (max 0.22-0.47: bf16 rounding differs by
     # path), 0.77-2.2 to the start checkpoint.
     assert to_trained.mean() < 0.1 and to_trained.mean() < 0.2 * to_start.mean(), (to_trained.mean(), to_start.mean())
+
+
+@pytest.mark.slow
+def test_grpo_with_peft_lora_and_env_rollout_func_on_trl_colocated_vllm(tmp_path, taught_model_path, gsm8k_test_file,
+                                                                        colocated_vllm_fp32):
+    """``GRPOTrainer(peft_config=LoraConfig(...))`` + EnvRolloutFunc + TRL's colocated vLLM (vllm-cpu, fp32: see the
+    fixture). With PEFT, TRL's sync merges the adapter into the base weights, pushes every weight under the base
+    model's names through the package's reload, and unmerges. Two real optimizer steps at a LoRA's learning rate
+    (the adapter moves the log-probs by ~1 nat a token); at each, vLLM sampled with the adapter the trainer had;
+    after a final sync the engine computes exactly what the PEFT model computes with the adapter on; and the KL's
+    reference (``beta > 0``) is the base, adapter off."""
+    from peft import LoraConfig
+
+    logs, outputs, trajectories, reward, trainer = run_rollout_grpo(
+        tmp_path, taught_model_path, str(gsm8k_test_file), peft_config=LoraConfig(**PEFT_LORA), use_vllm=True,
+        vllm_mode="colocate", learning_rate=1e-2, beta=0.1)
+    assert trainer.vllm_generation.llm.llm_engine.model_config.dtype == torch.float32
+    check_tool_rollouts(outputs, trajectories, reward, trainer.processing_class)
+    check_tight_sampling_logs(logs)
+    check_kl_reference_is_the_base(trainer, logs)
+    last = outputs[1]  # the last step's episodes, as TRL trained on them
+    sequences = [np.asarray(p + c, dtype=np.int64) for p, c in zip(last["prompt_ids"], last["completion_ids"])]
+    # Seen (AMD EPYC, fp32): engine vs adapter on mean 2.0e-6, max 6.7e-5 (oneDNN) / 4.1e-5 (GYM_LLM_VLLM_GEMM=torch)
+    # nats a token; vs adapter off mean 0.48; before the final sync, vs adapter on 0.43
+    sync_and_compare_to_peft(trainer, sequences, taught_model_path)
 
 
 @pytest.mark.slow

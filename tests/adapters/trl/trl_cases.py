@@ -84,3 +84,88 @@ def check_trl_fields(fields: dict, trajectories: list[Trajectory], tokenizer) ->
         assert logprobs[expected_mask == 1].tolist() == sampled and (logprobs[expected_mask == 0] == 0).all()
         assert fields["env_reward"][i] == sum(s.reward for s in t.steps) and fields["num_turns"][i] == len(t.steps)
     return masked
+
+
+PEFT_LORA = dict(r=8, lora_alpha=16, target_modules="all-linear")
+"""``LoraConfig`` of the PEFT tests: rank 8 on every linear layer but the output head (PEFT's ``"all-linear"``),
+scale ``alpha / r = 2``."""
+
+
+def check_tight_sampling_logs(logs: list[dict]) -> None:
+    """TRL's per-step vLLM-vs-trainer metrics, for an fp32 engine (``colocated_vllm_fp32``): the log-probs vLLM
+    sampled with equal the trainer's within float32 rounding (seen: max 1.7e-6 a token), so each step's generation
+    ran on the weights the trainer had then. An engine one optimizer step behind is off by ~0.1-1 nats a token."""
+    for step, entry in enumerate(logs):
+        assert entry["sampling/sampling_logp_difference/max"] < 1e-3, (step, entry)
+        # per sequence: exp of the summed token differences (TRL's default "sequence_mask" mode)
+        assert abs(entry["sampling/importance_sampling_ratio/min"] - 1) < 0.01, (step, entry)
+        assert abs(entry["sampling/importance_sampling_ratio/max"] - 1) < 0.01, (step, entry)
+
+
+def check_kl_reference_is_the_base(trainer, logs: list[dict]) -> None:
+    """``beta > 0`` with ``peft_config``: TRL builds no reference model and computes the reference with the adapter
+    disabled. LoRA's ``B`` starts at 0, so the policy equals that reference at the first step (KL 0), not after."""
+    assert trainer.ref_model is None
+    assert abs(logs[0]["kl"]) < 1e-6 and logs[1]["kl"] > 1e-4, [entry["kl"] for entry in logs]
+
+
+def sync_and_compare_to_peft(trainer, sequences: list[np.ndarray], checkpoint) -> dict[str, float]:
+    """Sync TRL's colocated (fp32) engine after the last optimizer step and check that it serves the trained
+    adapter, merged:
+
+    * the engine's teacher-forced log-probs of ``sequences`` equal the trained PEFT model's (adapter on) within 1e-4
+      nats a token on average (1e-3 at most) and are far from the base's (adapter off); before this sync they were
+      far from the adapter's too (the last step moved it: a skipped sync could not pass unseen);
+    * TRL's walk pushed exactly the checkpoint's tensors under the checkpoint's names (PEFT's ``base_model.model.``
+      prefix and ``.base_layer`` stripped, the ``lora_`` tensors left out): a full push of merged weights;
+    * afterwards the trainer's model is unmerged: no layer merged, base weights as before within fp32 rounding
+      (``merge_adapter`` adds ``scale * B @ A`` in place, ``unmerge_adapter`` subtracts it), far below that delta.
+
+    Returns the measured gaps (nats a token) and sizes.
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+    from safetensors import safe_open
+
+    from gym_llm_adapters.engines import HFEngine, VLLMEngine
+
+    model, generation = trainer.model, trainer.vllm_generation
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        checkpoint_names = sorted(f.keys())
+    base_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    with torch.no_grad():
+        delta = max(float(m.get_delta_weight("default").abs().max()) for m in model.modules()
+                    if isinstance(m, LoraLayer))
+    engine = VLLMEngine(llm=generation.llm)
+    stale = engine.logprobs(sequences)  # the engine has the adapter of the step before the last
+    pushed, walk = [], generation._iter_named_params
+
+    def recorded_walk():
+        for name, tensor in walk():
+            pushed.append(name)
+            yield name, tensor
+
+    generation._iter_named_params = recorded_walk
+    try:
+        generation.sync_weights()
+    finally:
+        del generation._iter_named_params
+    hf = HFEngine(model, tokenizer=trainer.processing_class)
+    with torch.no_grad():
+        adapter_on = hf.logprobs(sequences)
+        with model.disable_adapter():
+            adapter_off = hf.logprobs(sequences)
+    synced = engine.logprobs(sequences)
+    gap = lambda a, b: np.concatenate([np.abs(x - y) for x, y in zip(a, b)])  # noqa: E731
+    to_on, to_off, stale_to_on = gap(synced, adapter_on), gap(synced, adapter_off), gap(stale, adapter_on)
+    drift = max(float((p.detach() - base_before[n]).abs().max()) for n, p in model.named_parameters()
+                if "lora_" not in n)
+    measured = dict(to_adapter_mean=float(to_on.mean()), to_adapter_max=float(to_on.max()),
+                    to_base_mean=float(to_off.mean()), stale_to_adapter_mean=float(stale_to_on.mean()),
+                    base_drift=drift, delta_max=delta)
+    assert to_on.mean() < 1e-4 and to_on.max() < 1e-3 and to_off.mean() > 0.1, measured
+    assert stale_to_on.mean() > 0.1, measured
+    assert sorted(pushed) == checkpoint_names, pushed
+    assert not any(m.merged for m in model.modules() if isinstance(m, LoraLayer))
+    assert drift <= 1e-6 and delta >= 1e-3, measured
+    return measured
