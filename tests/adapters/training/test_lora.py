@@ -242,3 +242,48 @@ def test_export_writes_the_adapter_or_a_merged_model_with_the_same_logprobs(tmp_
     torch.testing.assert_close(logprobs_of(loaded.get_base_model(), tokenizer), expected, rtol=0, atol=1e-5)
     assert main(["export", str(cfg.out_dir), "--out", str(adapter_dir)]) == 2  # nothing is overwritten
     assert "exists and is not an empty folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_lora_run_on_vllm_serves_every_pushed_adapter_and_vllm_loads_the_merged_export(tmp_path):
+    pytest.importorskip("vllm")
+    from gym_llm_adapters.engines import VLLMEngine
+    from gym_llm_adapters.training.setup import build_engine
+
+    cfg = config(tmp_path, engine="vllm", sft_warmup_steps=3, steps=3, eval_every=0)
+    with Trainer(cfg) as trainer:
+        assert isinstance(trainer.engine, VLLMEngine) and trainer.engine.serves_adapters
+        result = trainer.run()
+        assert trainer.engine.adapter.version == trainer.engine.version == int(trainer.metrics.series(
+            "train/version")[1][-1])
+        expected = logprobs_of(trainer.policy, trainer.tokenizer)
+        ids, _, mask = fixed_sequence(trainer.tokenizer)
+        served = torch.from_numpy(trainer.engine.logprobs([ids[0].numpy()])[0])[mask[0].bool()]
+        torch.testing.assert_close(served, expected, rtol=0, atol=1e-4)  # vLLM serves the trainer's adapter
+    assert result.steps == 6
+    rows = [json.loads(line) for line in (cfg.out_dir / "metrics.jsonl").read_text().splitlines()]
+    grpo = [r for r in rows if "train/loss" in r]
+    # each step's episodes came from the adapter the trainer had: vLLM's log-probs of them match the trainer's
+    assert all(r["train/engine_log_ratio_abs_max"] < 1e-3 for r in grpo), [r["train/engine_log_ratio_abs_max"]
+                                                                           for r in grpo]
+    assert grpo[0]["train/kl"] < 1e-6  # RL starts at its reference (the warm-started adapter)
+    trajectories = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert [t.versions[0] for t in trajectories[::8]] == [int(r["train/version"]) - 1 for r in grpo]
+
+    # a resumed vLLM engine starts on the saved adapter at the saved version, and the run goes on from it
+    with Trainer(config(tmp_path, engine="vllm", sft_warmup_steps=3, steps=4, eval_every=0), resume=True) as resumed:
+        assert resumed.engine.version == trajectories[-1].versions[0] + 1 and resumed.engine.adapter is not None
+        assert resumed.run().steps == 7
+        expected = logprobs_of(resumed.policy, resumed.tokenizer)  # what the run's last checkpoint holds
+    last = [json.loads(line) for line in (cfg.out_dir / "metrics.jsonl").read_text().splitlines()][-2]
+    assert last["step"] == 7 and last["train/engine_log_ratio_abs_max"] < 1e-3, last
+
+    from gym_llm_adapters.cli.export import export
+
+    merged = export(cfg.out_dir, tmp_path / "merged", merge=True)
+    engine = build_engine("vllm", merged, device="cpu", dtype="float32", max_model_len=128)  # a plain model, no LoRA
+    try:
+        served = torch.from_numpy(engine.logprobs([ids[0].numpy()])[0])[mask[0].bool()]
+    finally:
+        engine.close()
+    torch.testing.assert_close(served, expected, rtol=0, atol=1e-4)
