@@ -30,17 +30,19 @@ def test_each_push_is_served_at_once_and_never_the_stale_adapter(setup):
     assert max_diff(engine.logprobs(seqs), base) < TOLERANCE  # the base model before the first push
 
     policy.step(seqs[0])
-    assert sync.push() == 1 and engine.version == 1 and engine.adapter.version == 1
-    first = engine.adapter
+    assert sync.push() == 1 and engine.version == 1
     v1 = policy.logprobs(seqs)
     assert_serves(engine.logprobs(seqs), v1, {"base model": base})
     assert_sampled_by_current_adapter(engine.generate([s[:40] for s in seqs], SAMPLING), policy, 1)
+    first = engine.adapter
+    assert first.version == 1
 
     policy.step(seqs[1])  # the second push changes the adapter: version 2's numbers, not version 1's
-    assert sync.push() == 2 and engine.adapter.version == 2
-    assert engine.adapter.name != first.name and engine.adapter.int_id != first.int_id
+    assert sync.push() == 2
     assert_serves(engine.logprobs(seqs), policy.logprobs(seqs), {"base model": base, "version 1 adapter": v1})
     assert_sampled_by_current_adapter(engine.generate([s[:40] for s in seqs], SAMPLING), policy, 2)
+    assert engine.adapter.version == 2
+    assert engine.adapter.name != first.name and engine.adapter.int_id != first.int_id
     assert list(engine._peft.peft_config) == [engine.adapter.name]  # the older adapter was deleted
 
 

@@ -40,8 +40,8 @@ def test_hf_engine_actors_serve_each_push_and_a_restarted_actor_the_latest(ray_c
     policy = LoraPolicy(tiny_model_path)
     base = policy.logprobs(seqs, adapter=False)
     with EngineGroup(EngineSpec("hf", tiny_model_path, lora_rank=8), num_engines=2) as group:
-        assert group.serves_adapters and group.adapter is None
         assert max_diff(group.logprobs(seqs), base) < TOLERANCE  # the base model before the first push
+        assert group.serves_adapters and group.adapter is None
         sync = AdapterSync(policy.model, group, root=tmp_path / "adapters")
 
         policy.step(seqs[0])
@@ -57,6 +57,7 @@ def test_hf_engine_actors_serve_each_push_and_a_restarted_actor_the_latest(ray_c
         assert_sampled_by_current_adapter(group.generate([s[:40] for s in seqs], SAMPLING), policy, 2)
         client = group.client(1)
         assert client.serves_adapters and client.adapter.name == group.adapter.name == sync_name(sync, 2)
+        assert group.adapter.version == 2
 
         too_big = LoraPolicy(tiny_model_path, rank=16)
         with pytest.raises(AdapterPushError, match="rank 16, above this engine's largest, 8"):
