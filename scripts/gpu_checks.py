@@ -6,10 +6,16 @@
    parameters changed at all. Mixed precision must move like fp32; plain bf16 loses most updates.
 2. **The sampled distribution** (issue 18): ``token_logprobs(..., temperature=0.7, top_p=0.9)`` on the GPU against a
    float64 reference of the renormalised kept set, values and gradient.
+3. **A LoRA step** (issue 46): the tiny model with a rank-16 adapter on every linear layer (PEFT), three AdamW steps
+   of the adapter under the trainer's bf16 autocast, then the adapter pushed (``AdapterSync``) to an ``HFEngine`` on
+   the same device. The base weights must be bit-identical afterwards, the adapter must have moved, and the engine's
+   log-probs of a fixed sequence must equal the trainer's with the adapter on (fp32, 1e-4) and differ from the base's.
 
-    python scripts/gpu_checks.py            # needs torch with CUDA and transformers; imports nothing else
+    python scripts/gpu_checks.py                   # all three; needs torch with CUDA and transformers
+    python scripts/gpu_checks.py --checks lora     # some of them (precision, sampled, lora); on CPU without a GPU
 
-Only torch, transformers and two files of this package are loaded (no gymnasium), so it runs on a bare GPU image.
+Checks 1 and 2 load only torch, transformers and two files of this package (no gymnasium), so they run on a bare GPU
+image; check 3 needs the package and peft (``pip install -e '.[lora]'``) and says so, skipped, where they are missing.
 """
 
 from __future__ import annotations
@@ -94,22 +100,98 @@ def sampled_distribution_check(device: str) -> dict[str, float]:
     return {"value_max_abs_err": float((got.detach().double() - want).abs().max()), "grad_max_rel_err": rel}
 
 
-def main() -> None:
+def lora_check(device: str, steps: int = 3, rank: int = 16) -> dict[str, object]:
+    """Check 3 (module docstring): a LoRA step on ``device`` and a push to an HF engine there. ``{"skipped": why}``
+    when the package or peft cannot be imported."""
+    sys.path[:0] = [str(ROOT.parents[1]), str(ROOT.parent)]  # the repository: gym_llm and gym_llm_adapters
+    try:
+        from transformers import AutoModelForCausalLM
+
+        from gym_llm_adapters.engines import HFEngine
+        from gym_llm_adapters.lora import AdapterSync, LoraSettings, add_lora
+        from gym_llm_adapters.models.tiny import tiny_model_dir
+        import peft  # noqa: F401
+    except ImportError as e:
+        return {"skipped": f"{e} (pip install -e '.[lora]' in the repository)"}
+    path = tiny_model_dir()
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    before = {name: p.detach().clone() for name, p in base.named_parameters()}
+    policy = add_lora(base, LoraSettings(rank=rank))
+    model = policy.get_base_model()  # the transformers model, LoRA layers in it (what the trainer runs)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, base.config.vocab_size, (4, 48), generator=g).to(device)  # (B, T)
+    attention = torch.ones_like(ids)
+    mask = torch.zeros_like(ids)
+    mask[:, 16:] = 1
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(steps):
+        with precision.autocast(device, "bfloat16"):
+            lp = logprobs.token_logprobs(model, ids, attention, mask)
+        (-(lp.float() * mask).sum() / mask.sum()).backward()
+        opt.step()
+        opt.zero_grad()
+    after = {name.replace(".base_layer.", "."): p for name, p in model.named_parameters() if "lora_" not in name}
+    moved = max(float(p.detach().abs().max()) for name, p in model.named_parameters() if "lora_B" in name)
+    with torch.no_grad():
+        trainer = logprobs.token_logprobs(model, ids, attention, mask)[mask.bool()]  # fp32, adapter on
+        with policy.disable_adapter():
+            base_lp = logprobs.token_logprobs(model, ids, attention, mask)[mask.bool()]
+    engine = HFEngine(str(path), device=device, dtype=torch.float32, lora_rank=rank)
+    sync = AdapterSync(policy, engine)
+    try:
+        version = sync.push()
+        served = torch.stack([torch.as_tensor(row, device=device) for row in engine.logprobs(ids.cpu().numpy())])
+    finally:
+        sync.close()
+        engine.close()
+    served = served[mask.bool()]
+    return {"base_unchanged": all(torch.equal(after[name], before[name]) for name in before) and len(after) == len(before),
+            "adapter_b_max_abs": moved, "engine_version": version,
+            "engine_vs_trainer_max_abs_err": float((served - trainer).abs().max()),
+            "engine_vs_base_max_abs_diff": float((served - base_lp).abs().max())}
+
+
+def lora_ok(result: dict[str, object]) -> bool:
+    return ("skipped" in result or (bool(result["base_unchanged"]) and float(result["adapter_b_max_abs"]) > 0
+                                    and result["engine_version"] == 1
+                                    and float(result["engine_vs_trainer_max_abs_err"]) < 1e-4
+                                    and float(result["engine_vs_base_max_abs_diff"]) > 1e-3))
+
+
+CHECKS = ("precision", "sampled", "lora")
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Training-math checks on a GPU (module docstring).")
+    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)} (default: all)")
+    checks = parser.parse_args(argv).checks.split(",")
+    unknown = sorted(set(checks) - set(CHECKS))
+    if unknown:
+        parser.error(f"--checks: unknown {unknown}; choose from {', '.join(CHECKS)}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     start = time.perf_counter()
-    moves = precision_check(device)
-    fp32 = moves["fp32"][0]
-    report = {"device": name, "torch": torch.__version__,
-              "movement_vs_fp32": {k: round(v[0] / fp32, 3) for k, v in moves.items()},
-              "fraction_changed": {k: round(v[1], 3) for k, v in moves.items()},
-              "sampled_distribution": sampled_distribution_check(device),
-              "seconds": round(time.perf_counter() - start, 1)}
+    report: dict[str, object] = {"device": name, "torch": torch.__version__}
+    ok = True
+    if "precision" in checks:
+        moves = precision_check(device)
+        fp32 = moves["fp32"][0]
+        report["movement_vs_fp32"] = movement = {k: round(v[0] / fp32, 3) for k, v in moves.items()}
+        report["fraction_changed"] = changed = {k: round(v[1], 3) for k, v in moves.items()}
+        ok &= 0.8 < movement["mixed"] < 1.25 and changed["mixed"] > 0.95 * changed["fp32"]
+    if "sampled" in checks:
+        report["sampled_distribution"] = sampled = sampled_distribution_check(device)
+        ok &= sampled["value_max_abs_err"] < 1e-4 and sampled["grad_max_rel_err"] < 1e-3
+    if "lora" in checks:
+        report["lora"] = lora = lora_check(device)
+        ok &= lora_ok(lora)
+    report["seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(report, indent=1))
-    ok = (0.8 < report["movement_vs_fp32"]["mixed"] < 1.25
-          and report["fraction_changed"]["mixed"] > 0.95 * report["fraction_changed"]["fp32"]
-          and report["sampled_distribution"]["value_max_abs_err"] < 1e-4
-          and report["sampled_distribution"]["grad_max_rel_err"] < 1e-3)
+    if "skipped" in report.get("lora", {}):
+        print(f"lora: SKIPPED ({report['lora']['skipped']})")
     print("OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 
