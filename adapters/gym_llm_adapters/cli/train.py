@@ -7,6 +7,9 @@ env's worked solutions (a warm start), in the same run. SFT: supervised steps on
 solutions (``--sft-data references``) or on a rollout file (e.g. from ``gym-llm eval --out``), filtered
 with ``--sft-min-reward`` / ``--sft-top-k``.
 
+``--lora-rank R`` trains a LoRA adapter instead of every weight (the engine is sent the adapter alone; the KL
+reference is the model with the adapter off; ``gym-llm export OUT --merge`` makes a plain model of it).
+
 Evaluates every ``--eval-every`` steps (and before the first and after the last), checkpoints every
 ``--save-every`` steps into OUT/checkpoints (normal model folders), and writes OUT/metrics.jsonl,
 OUT/rollouts.jsonl and OUT/curves.png (reward, KL and loss curves). Ctrl-C finishes the current step

@@ -80,7 +80,7 @@ class TrainConfig:
         mask_truncated_completions: leave episodes that hit the length or turn limit out of the loss (TRL's
             option of the same name).
         log_kl: measure ``KL(policy || reference)`` every step with a frozen copy of the policy at the start
-            of RL (costs one reference forward per step).
+            of RL (with LoRA: the policy with its adapter off, no copy; costs one reference forward per step).
         micro_batch_size: sequences per forward/backward (gradient accumulation); None = the whole batch.
         activation_memory_gb: cap on what a forward+backward keeps for the backward: a batch is cut into
             micro-batches of at most ``activation_memory_gb * 2**30 / (L * (10 h + 4 i) * 4)`` tokens (rows x padded

@@ -8,6 +8,10 @@ One step of GRPO::
     loss = GRPOLoss(token_logprobs(policy, batch), batch)      # clipped ratio, + beta * k3 KL
     loss.backward(); clip; AdamW.step(); engine.load_weights   # engine.version += 1
 
+With ``lora_rank`` (:mod:`~gym_llm_adapters.training.lora_run`) the policy is a PEFT model: AdamW steps the adapter
+only, the push is the adapter alone (``engine.load_adapter``), and the reference is the policy with the adapter off
+(after an SFT warm start: with a frozen copy of the adapter RL started from).
+
 One step of SFT: a minibatch of supervised trajectories (the env's worked solutions, or selected rollouts),
 assistant-only NLL (:class:`~gym_llm_adapters.losses.SFTLoss`). ``algorithm="grpo"`` with
 ``sft_warmup_steps > 0`` runs SFT first, then GRPO, in one run with one step counter.
@@ -181,8 +185,11 @@ class Trainer:
             self.policy, self.tokenizer = load_policy(self.model_dir, device=self.device,
                                                       dtype=master_dtype(cfg.dtype))
             return
-        # LoRA: the frozen base in the compute dtype (it never steps), the adapter in fp32 (training/lora_run.py)
-        self.model_dir = Path(resolve_model(cfg.model))
+        # LoRA: the frozen base in the compute dtype (it never steps), the adapter in fp32 (training/lora_run.py). A
+        # resume takes the base folder the run recorded (--model of a run folder would now name its newest checkpoint)
+        recorded = Path(self.state.lora["base_path"]) if checkpoint is not None and self.state.lora else None
+        self.model_dir = recorded if recorded is not None and (recorded / "config.json").is_file() else \
+            Path(resolve_model(cfg.model))
         self.peft_model, self.tokenizer = lora_run.load_lora_policy(self.model_dir, cfg.lora, device=self.device,
                                                                     dtype=cfg.dtype, adapter_dir=checkpoint)
         self.policy = self.peft_model.get_base_model()

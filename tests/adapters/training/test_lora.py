@@ -287,3 +287,23 @@ def test_lora_run_on_vllm_serves_every_pushed_adapter_and_vllm_loads_the_merged_
     finally:
         engine.close()
     torch.testing.assert_close(served, expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_lora_with_bf16_autocast_and_micro_batches_keeps_a_bf16_base_and_an_fp32_adapter(tmp_path, tiny_model_path):
+    from safetensors.torch import load_file
+
+    original = load_file(str(tiny_model_path / "model.safetensors"))
+    cfg = config(tmp_path, sft_warmup_steps=2, steps=2, eval_every=0, dtype="bfloat16", micro_batch_size=3)
+    with Trainer(cfg) as trainer:
+        result = trainer.run()
+        base = base_weights(trainer)
+        # the frozen base in the compute dtype (it never steps: nothing to round away), the adapter and AdamW in fp32
+        assert all(t.dtype == torch.bfloat16 and torch.equal(t, original[k].to(torch.bfloat16)) for k, t in base.items())
+        assert all(t.dtype == torch.float32 for t in adapter_weights(trainer).values())
+        assert all(v.dtype == torch.float32 for s in trainer.optimizer.state.values() for v in s.values()
+                   if torch.is_tensor(v) and v.dim() > 0)
+    assert result.steps == 4
+    rows = [json.loads(line) for line in (cfg.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(r["train/loss"]) and r["train/engine_log_ratio_abs_max"] < 0.1 for r in rows
+               if "train/loss" in r)
