@@ -106,6 +106,47 @@ def test_a_resume_with_other_lora_settings_is_refused(tmp_path):
         lora_run.check_resume(LoraSettings(rank=8), "smollm2", record, run=run)
 
 
+def test_the_reference_scope_scores_the_base_on_the_policy_itself(tiny_model_path):
+    """ReferenceKL(policy, scope=disable_adapter): the base's log-probs, no copy of a weight, the policy's mode kept."""
+    from transformers import AutoModelForCausalLM
+
+    from gym_llm_adapters.kl import ReferenceKL
+    from gym_llm_adapters.lora import add_lora
+    from gym_llm_adapters.models.tokenizers import tiny_tokenizer
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    expected = logprobs_of(base, tiny_tokenizer())
+    peft = add_lora(base, LoraSettings(rank=4, dropout=0.1))
+    for name, p in peft.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)  # an adapter that changes the model
+    policy = peft.get_base_model().train()
+    reference = ReferenceKL(policy, scope=peft.disable_adapter)
+    ids, attention, mask = fixed_sequence(tiny_tokenizer())
+    got = reference.ref_logprobs(ids, attention, mask)[mask.bool()]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert policy.training and (logprobs_of(policy, tiny_tokenizer()) - expected).abs().max() > 1e-2
+
+
+def test_export_of_a_full_fine_tune_writes_its_model_without_the_trainer_state(tmp_path, tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gym_llm_adapters.cli.export import export
+    from gym_llm_adapters.training.checkpoint import TrainState, save_checkpoint
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)
+    state = TrainState(step=1, phase="grpo", version=1, rollout_records=0, reference=None, config={})
+    save_checkpoint(tmp_path / "run", state, model=model, tokenizer=AutoTokenizer.from_pretrained(tiny_model_path),
+                    optimizer=optimizer, scheduler=scheduler, keep=1)
+    out = export(tmp_path / "run", tmp_path / "out", merge=True)  # nothing to merge: the model as it is
+    assert not {"trainer_state.json", "optimizer.pt", "rng.pt"} & {f.name for f in out.iterdir()}
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
 # ---------------------------------------------------------------------------------------------- training (slow)
 @pytest.mark.slow
 def test_lora_run_trains_the_adapter_only_stops_on_ctrl_c_and_resumes_bit_for_bit(tmp_path, tiny_model_path):
