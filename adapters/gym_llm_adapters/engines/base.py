@@ -11,7 +11,7 @@ An *engine* turns prompts into :class:`~gym_llm_adapters.types.Completion` recor
 * ``logprobs(sequences)`` teacher-forces given sequences: ``out[b][t] = log p(seq[t] | seq[:t])`` for
   ``t >= 1`` and ``out[b][0] = 0.0`` (nothing predicts the first token).
 * ``load_weights(named_tensors)`` copies new weights in (Hugging Face checkpoint names) and bumps the
-  integer ``version`` by one; it returns the new version.
+  integer ``version`` by one; it returns the new version. ``load_adapter`` does the same for a LoRA adapter (below).
 
 Log-probs are "raw" by default: ``log_softmax(logits)`` of the model, before temperature, top-k or
 top-p. That is what a trainer recomputes with a plain forward pass, so the importance ratio of the
@@ -135,7 +135,7 @@ class Engine(Protocol):
 
     @property
     def version(self) -> int:
-        """The policy version: 0 (or the constructor's ``version``) plus the number of weight loads."""
+        """The policy version: 0 (or the constructor's ``version``) plus the number of weight and adapter loads."""
         ...
 
     def generate(self, prompts: Sequence[Any], sampling: SamplingConfig) -> list[Completion]:

@@ -51,6 +51,12 @@ class LoraPolicy:
         self.model.eval()
         return float(loss.detach())
 
+    def frozen(self, *, adapter: bool = True) -> "_Frozen":
+        """The policy as it is now (a copy), with an engine's ``logprobs(sequences)``: adapter on, or the base."""
+        import copy
+
+        return _Frozen(copy.deepcopy(self), adapter)
+
     def logprobs(self, sequences, *, adapter: bool = True) -> list[np.ndarray]:
         """Teacher-forced log-probs as engines return them (``out[0] = 0``), adapter on or off (the base model)."""
         out = []
@@ -65,6 +71,14 @@ class LoraPolicy:
             logp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[1:, None])[:, 0]  # (S-1,)
             out.append(np.concatenate([[0.0], logp.numpy()]).astype(np.float32))
         return out
+
+
+class _Frozen:
+    def __init__(self, policy: LoraPolicy, adapter: bool):
+        self.policy, self.adapter = policy, adapter
+
+    def logprobs(self, sequences) -> list[np.ndarray]:
+        return self.policy.logprobs(sequences, adapter=self.adapter)
 
 
 def sequences(num: int = 3, length: int = 70, seed: int = 0) -> list[np.ndarray]:

@@ -7,6 +7,7 @@ from lora_policy import (TOLERANCE, LoraPolicy, assert_sampled_by_current_adapte
                          max_diff, sequences)
 
 from gym_llm_adapters.engines import HFEngine, SamplingConfig
+from gym_llm_adapters.engines.base import AdapterEngine
 from gym_llm_adapters.lora import AdapterPushError, AdapterSync
 
 SAMPLING = SamplingConfig(max_tokens=6, temperature=1.0, seed=0)
@@ -104,6 +105,7 @@ def test_weight_loads_reach_the_base_under_the_adapter(setup, tiny_model_path):
 
 def test_an_engine_without_lora_refuses_adapters_and_says_how(hf_engine, tiny_model_path, tmp_path):
     policy = LoraPolicy(tiny_model_path)
+    assert isinstance(hf_engine, AdapterEngine)  # the protocol is there; LoRA is off
     assert not hf_engine.serves_adapters and hf_engine.adapter is None
     with pytest.raises(ValueError, match="does not serve LoRA adapters"):
         AdapterSync(policy.model, hf_engine)

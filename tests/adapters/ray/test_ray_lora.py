@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 import ray
+from ray_test_envs import SAMPLING as CHAT_SAMPLING
+from ray_test_envs import chat_spec, check_complete, check_groups, run_until
 
 from gym_llm_adapters.engines import SamplingConfig
+from gym_llm_adapters.engines.base import AdapterEngine
 from gym_llm_adapters.lora import AdapterPushError, AdapterSync, save_adapter
-from gym_llm_adapters.ray import EngineGroup, EngineSpec
+from gym_llm_adapters.ray import EngineGroup, EngineSpec, RayCollector
 from gym_llm_adapters.ray.weights import PackedAdapter
 from tests.adapters.engines.lora_policy import (TOLERANCE, LoraPolicy, assert_sampled_by_current_adapter,
                                                 assert_serves, max_diff, sequences)
@@ -41,7 +44,7 @@ def test_hf_engine_actors_serve_each_push_and_a_restarted_actor_the_latest(ray_c
     base = policy.logprobs(seqs, adapter=False)
     with EngineGroup(EngineSpec("hf", tiny_model_path, lora_rank=8), num_engines=2) as group:
         assert max_diff(group.logprobs(seqs), base) < TOLERANCE  # the base model before the first push
-        assert group.serves_adapters and group.adapter is None
+        assert isinstance(group, AdapterEngine) and group.serves_adapters and group.adapter is None
         sync = AdapterSync(policy.model, group, root=tmp_path / "adapters")
 
         policy.step(seqs[0])
@@ -75,6 +78,28 @@ def test_hf_engine_actors_serve_each_push_and_a_restarted_actor_the_latest(ray_c
             assert resumed.version == 2 and resumed.versions() == [2]
             assert_serves(resumed.logprobs(seqs), v2, {"base model": base})
         sync.close()
+
+
+def test_collected_records_carry_the_version_of_the_adapter_that_sampled_them(ray_cluster, tiny_model_path, tiny_tok,
+                                                                              tmp_path):
+    policy = LoraPolicy(tiny_model_path)
+    by_version = {0: policy.frozen(adapter=False)}  # what each version's engine must have computed
+    with EngineGroup(EngineSpec("hf", tiny_model_path, lora_rank=8)) as group:
+        with RayCollector(chat_spec(tiny_tok), group, CHAT_SAMPLING, num_workers=1, episodes_per_batch=4,
+                          seed=0) as collector:
+            first = collector.next_batch()
+            sync = AdapterSync(policy.model, collector, root=tmp_path / "adapters")  # pushes through the collector
+            policy.step(sequences(1)[0])
+            assert sync.push() == 1 and collector.version == 1 and collector.adapter.version == 1
+            by_version[1] = policy.frozen()
+            later = run_until(collector, lambda c, batches: batches and all(
+                set(t.versions) == {1} for t in batches[-1]))  # episodes in flight during the push end at version 1
+            sync.close()
+    for batch in [first, *later]:
+        check_groups(batch, 2)
+        for trajectory in batch:
+            check_complete(trajectory, by_version)  # each step's log-probs are its version's adapter's (1e-4)
+    assert {v for batch in later for t in batch for v in t.versions} >= {1}
 
 
 def sync_name(sync: AdapterSync, version: int) -> str:
