@@ -102,7 +102,11 @@ class VLLMServerEngine(EngineBase):
         self.weights_dir = Path(weights_dir) if weights_dir is not None else Path(tempfile.mkdtemp(prefix="gym-llm-weights-"))
         self._lora, self._lora_max_rank = self._server_lora()
         self._registered: list[str] = []  # adapters this engine loaded into the server, oldest first
-        self._serve_initial_adapter(adapter)
+        try:
+            self._serve_initial_adapter(adapter)
+        except BaseException:
+            self.close()
+            raise
 
     # ---------------------------------------------------------------------------------- http
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -190,7 +190,11 @@ class VLLMEngine(EngineBase):
             self._seeded_token_budget = int(llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
         self._weights_broken: BaseException | None = None
         llm.collective_rpc(_quiet_tied_head_reload_warning)
-        self._serve_initial_adapter(adapter)
+        try:
+            self._serve_initial_adapter(adapter)
+        except BaseException:
+            self.close()  # the LLM this engine built would outlive the failed constructor
+            raise
 
     # ---------------------------------------------------------------------------- generation
     def _params(self, sampling: SamplingConfig, seed: int | None) -> Any:

@@ -54,8 +54,12 @@ class EngineActor:
 
     def __init__(self, spec: EngineSpec, version: int = 0, adapter: PackedAdapter | None = None):
         self._adapter_root = Path(tempfile.mkdtemp(prefix="gym_llm_actor_adapters_"))  # this actor's adapter folders
-        initial = None if adapter is None else adapter.unpack(self._adapter_root, version=version)
-        self.engine = spec.build(version=version, adapter=initial)
+        try:
+            initial = None if adapter is None else adapter.unpack(self._adapter_root, version=version)
+            self.engine = spec.build(version=version, adapter=initial)
+        except BaseException:
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
+            raise
         self._lock = contextlib.nullcontext() if spec.thread_safe else threading.Lock()
         self._adapter_lock = threading.Lock()  # pushes one at a time, also for thread-safe engines
 

@@ -202,6 +202,9 @@ def test_a_resumed_engine_serves_its_adapter_from_the_first_request(server, lora
     sync.push()
     # a trainer that restarted reconnects to the server that already has the adapter (same name and folder)
     resumed = VLLMServerEngine(server.base_url, adapter=engine.adapter)
-    assert resumed.version == 1 and resumed.adapter == engine.adapter
-    assert_serves(resumed.logprobs(seqs), policy.logprobs(seqs), {"base model": policy.logprobs(seqs, adapter=False)})
-    assert_sampled_by_current_adapter(resumed.generate([s[:40] for s in seqs], GREEDY), policy, 1)
+    try:
+        assert resumed.version == 1 and resumed.adapter == engine.adapter
+        assert_serves(resumed.logprobs(seqs), policy.logprobs(seqs), {"base model": policy.logprobs(seqs, adapter=False)})
+        assert_sampled_by_current_adapter(resumed.generate([s[:40] for s in seqs], GREEDY), policy, 1)
+    finally:
+        resumed.close()  # (it owns the adapter now: closing unloads it from the server)
