@@ -37,6 +37,8 @@ def _churn(stop: threading.Event, counts: dict) -> None:
             try:
                 result = session.run(ToolCall("python", {"code": "sum(i * i for i in range(300_000))"}))
                 counts[result.status] = counts.get(result.status, 0) + 1
+                if result.status != "ok":
+                    counts.setdefault("why", []).append(result.content[-300:])
             finally:
                 session.close()
     finally:

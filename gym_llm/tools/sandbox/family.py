@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox import cowfork
 from gym_llm.tools.sandbox import server as inside
 from gym_llm.tools.sandbox.process import ReplChannel, ReplReply, Sandbox, pidfd_pid, write_all
@@ -149,7 +150,7 @@ class CopyChannel:
                 raw = inside.read_frame(read_end, self.reply_limit, deadline)
             except TimeoutError:
                 return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
-            wait_s = min(1.0, max(0.0, deadline - time.perf_counter()))
+            wait_s = min(load_scaled(inside.SETTLE_S), max(0.0, deadline - time.perf_counter()))
             tampered = raw is not None and not inside.Zygote.closed_after(read_end, wait_s)
             reply = inside.Zygote.checked(raw, *limits) if raw is not None and not tampered else None
             if reply is None:  # it died, or broke the protocol: not trusted with another call

@@ -41,6 +41,7 @@ from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox import cgroups, userns
 from gym_llm.tools.sandbox.config import SandboxConfig
 from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
+from gym_llm.tools.sandbox.server import SETTLE_S
 
 __all__ = ["Sandbox", "ReplChannel", "ReplReply", "SandboxError", "SandboxUnavailableError", "find_bwrap"]
 
@@ -320,7 +321,8 @@ class ReplChannel:
         start = time.perf_counter()
         deadline = start + (self.config.timeout_s if timeout_s is None else timeout_s)
         request = json.dumps({"code": code, "max_output_chars": self.config.max_output_chars,
-                              "max_error_chars": self.config.max_error_chars}).encode()
+                              "max_error_chars": self.config.max_error_chars,
+                              "settle_s": load_scaled(SETTLE_S)}).encode()
         try:
             write_all(self.request_fd, len(request).to_bytes(4, "big") + request, deadline)
         except BrokenPipeError:  # nobody reads the request: the REPL died before this call
@@ -548,6 +550,7 @@ class Sandbox:
         """One request to the zygote and its answer; descriptors sent with the answer go to ``received`` (closed
         when it is None)."""
         try:
+            self.control.settimeout(load_scaled(_CONTROL_TIMEOUT_S))  # the zygote answers at once unless the machine is busy
             socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
             data, got, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
             reply = json.loads(data or b"null")

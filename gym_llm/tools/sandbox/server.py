@@ -72,6 +72,12 @@ COPY_MAX_DEPTH = 64  # a copy-on-write fork's scratch copy: directory levels and
 COPY_MAX_ENTRIES = 20_000
 
 
+SETTLE_S = 2.0
+"""On an idle machine, how long the relay waits for a REPL to close its reply pipe after its frame. The host sends
+each call's wait, stretched by the machine's load (``"settle_s"``; the relay shares the REPL's empty ``/proc`` and
+cannot read the load itself)."""
+
+
 def read_exact(fd, n, deadline=None):
     """``n`` bytes from ``fd``, or None at end of file. ``deadline`` (``time.perf_counter()``; a non-blocking fd):
     ``TimeoutError`` past it."""
@@ -666,6 +672,7 @@ class Zygote:
             try:
                 request = json.loads(payload)
                 limits = int(request["max_output_chars"]), int(request["max_error_chars"])
+                settle_s = min(max(float(request.get("settle_s", SETTLE_S)), 0.1), 60.0)
             except (ValueError, KeyError, TypeError):
                 return
             request_read, request_write = os.pipe()
@@ -684,7 +691,7 @@ class Zygote:
                 pass  # it died reading: the reply read below sees it
             os.close(request_write)
             raw = read_frame(read_end, reply_limit)
-            tampered = raw is not None and not self.closed_after(read_end)
+            tampered = raw is not None and not self.closed_after(read_end, settle_s)
             os.close(read_end)
             reply = self.checked(raw, *limits) if raw is not None and not tampered else None
             if reply is None:  # the REPL died, or broke the protocol: it is not trusted with another call
@@ -698,9 +705,11 @@ class Zygote:
             write_frame(reply_fd, json.dumps(reply).encode())
 
     @staticmethod
-    def closed_after(fd, wait_s=1.0):
+    def closed_after(fd, wait_s=SETTLE_S):
         """Whether the reply pipe ends right after the one frame (the REPL's server writes once, then closes it).
-        Extra bytes, or the pipe still held open, mean user code wrote to it too."""
+        Extra bytes, or the pipe still held open, mean user code wrote to it too. An honest REPL closes it
+        microseconds after writing, but a loaded machine may not run it for a while, so the host stretches
+        ``wait_s`` by the load; only code that holds the pipe open ever waits it out."""
         import select
 
         readable, _, _ = select.select([fd], [], [], wait_s)
