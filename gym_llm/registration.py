@@ -72,6 +72,11 @@ ENVS: tuple[EnvInfo, ...] = (
             "task reward: {0, 1} on GSM8K (+ format_reward)", reward="the task's reward (GSM8K correctness)",
             observation="the conversation rendered up to the generation prompt (text), or its ids + mask; tool "
                         "results come back as `tool` turns"),
+    EnvInfo("LLMCode-v0", "gym_llm.envs.code:LLMCodeEnv",
+            "write a program that passes the task's unit tests, run in sandboxes (HumanEval offline, CodeI/O, "
+            "generated function tasks, your jsonl)", "{0, 1} (or the fraction of tests passed)",
+            reward="1.0 if the reply's program passes every test (the program in one sandbox, the tests in another, "
+            "plain data between: [docs/code.md](docs/code.md)), else 0.0; or the fraction passed"),
     EnvInfo("LLMBrowser-v0", "gym_llm.envs.browser:LLMBrowserEnv",
             "answer questions by browsing a local website the env serves on 127.0.0.1 with a real headless Chromium "
             "(Playwright); built-in site: an invented town's wiki, shop, accounts, ferry", "{0, 1} (+ format_reward)",

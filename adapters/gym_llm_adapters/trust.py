@@ -229,6 +229,16 @@ def _sandbox_settings() -> dict[str, Rule]:
     }
 
 
+def _code_sandbox_settings() -> dict[str, Rule]:
+    """``LLMCode-v0``'s ``sandbox={...}``: the program's sandbox, the Python sandbox's rules for its
+    :class:`~gym_llm.tools.sandbox.config.SandboxConfig` fields (less the binds, links and subprocesses, which that
+    env refuses from anyone)."""
+    from gym_llm.tools.sandbox.config import SandboxConfig
+
+    names = {f.name for f in fields(SandboxConfig)} - {"extra_ro_paths", "symlinks", "allow_subprocess"}
+    return {name: rule for name, rule in _sandbox_settings().items() if name in names}
+
+
 BROWSER_SETTINGS: dict[str, Rule] = {
     "name_prefix": data, "timeout_s": data, "max_output_chars": data, "max_links": data, "page_view": data,
     "javascript": data, "blocked_resource_types": data, "viewport": data, "locale": data,
@@ -267,6 +277,10 @@ def _env_arguments() -> dict[str, dict[str, Rule]]:
                                **SCORED},
         "LLMPythonTool-v0": {**GSM8K, "python_tool": never("a tool object that runs code"),
                              "sandbox": settings(_sandbox_settings(), "Python sandbox")},
+        # the tests and reference solutions a file names run in the grader's sandbox, never on this host
+        "LLMCode-v0": {**dict.fromkeys(("source", "data_files", "tasks", "split", "size", "seed", "reward",
+                                        "max_attempts", "program", "timeout_s", "max_output_chars", "task_order"), data),
+                       "sandbox": settings(_code_sandbox_settings(), "code sandbox"), **CHAT_CONFIG},
         "LLMBrowser-v0": {**dict.fromkeys(("tasks", "site_host", "prompt_template", "format_reward", "task_order",
                                            "max_tool_calls_per_turn"), data),
                           "site_dir": never("serves a host folder to the browser"),
