@@ -65,6 +65,7 @@ Variant = Literal["full", "lora"]
 PHASES = ("reference", "policy", "optimizer", "push")
 GOALS = {"push_bytes": 0.05, "push_s": 0.2, "peak_mib": 0.7}  # LoRA / full, at rank 16 (issue 46)
 ENGINE_TOLERANCE = 1e-3  # nats: the engine's log-probs vs the trainer's after the last push
+LEARNING_RATE = {"full": 1e-5, "lora": 1e-4}  # the trainer's default, ten times it for an adapter (no cost either way)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +80,6 @@ class Settings:
         warmup / steps: untimed steps first, then the timed ones (their median is reported).
         seed: the batch's token ids, lengths and rewards.
         device: ``auto`` (a GPU when one is visible), ``cpu`` or ``cuda``.
-        learning_rate_full / learning_rate_lora: AdamW's rate (the trainer's default; ten times it for the adapter);
-            a step's cost does not depend on it.
     """
 
     model: str = "tiny"
@@ -92,8 +91,6 @@ class Settings:
     steps: int = 5
     seed: int = 0
     device: str = "auto"
-    learning_rate_full: float = 1e-5
-    learning_rate_lora: float = 1e-4
 
 
 # ---------------------------------------------------------------------------------------------- the batch (parent)
@@ -163,25 +160,19 @@ class Run:
     model_params: int
 
 
-def memory_now_mib(device: str) -> float:
-    """The process's resident set (CPU) or torch's allocated device memory (GPU), MiB."""
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        return torch.cuda.memory_allocated() / 2**20
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def memory_peak_mib(device: str) -> float:
-    """The process's peak resident set (``ru_maxrss``, KiB on Linux) or torch's peak allocated device memory, MiB."""
+def memory_mib(device: str, *, peak: bool = False) -> float:
+    """The process's resident set now (``/proc/self/statm``) or at its peak (``ru_maxrss``, KiB on Linux); on a GPU
+    torch's allocated device memory now or at its peak. MiB."""
     import resource
 
     import torch
 
     if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() if peak else torch.cuda.memory_allocated()) / 2**20
+    if peak:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def sync_device(device: str) -> None:
@@ -238,18 +229,17 @@ def setup(variant: Variant, settings: Settings, memory: dict[str, float]) -> Run
         policy = peft_model.get_base_model()
     with torch.no_grad():  # page in memory-mapped weights: a model in training has them all resident
         sum(float(p.detach().sum()) for p in policy.parameters())
-    memory["model"] = memory_now_mib(device)
+    memory["model"] = memory_mib(device)
     engine = build_engine("vllm", model_dir, device=device, dtype="float32", seed=settings.seed,
                           max_model_len=2048,  # TrainConfig.max_seq_len's default
                           logprobs_mode="processed", lora_rank=settings.rank if peft_model is not None else None)
-    memory["engine"] = memory_now_mib(device)
-    memory["peak_at_engine"] = memory_peak_mib(device)
+    memory["engine"] = memory_mib(device)
+    memory["peak_at_engine"] = memory_mib(device, peak=True)
     if device.startswith("cuda"):  # from here the peak is the training's (vLLM's start-up profiling left out)
         torch.cuda.reset_peak_memory_stats()
     sync, reference = sync_and_reference(policy, peft_model, engine, device)
     trainable = [p for p in policy.parameters() if p.requires_grad]
-    lr = settings.learning_rate_full if peft_model is None else settings.learning_rate_lora
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(trainable, lr=LEARNING_RATE[variant], weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)
     loss_fn = GRPOLoss(GRPOLossConfig(beta=0.02, epsilon=0.2, aggregation="token_mean",
                                       importance_sampling="token_truncate"))
@@ -367,7 +357,7 @@ def child(variant: Variant, settings_json: str, batch_path: str) -> dict[str, An
     cpu_paths.apply()  # as the engine does before it imports vLLM (forced CPU paths first)
     import vllm  # noqa: F401
 
-    memory = {"start": memory_now_mib("cpu")}
+    memory = {"start": memory_mib("cpu")}
     start = time.perf_counter()
     run = setup(variant, settings, memory)
     setup_s = time.perf_counter() - start
@@ -384,7 +374,7 @@ def child(variant: Variant, settings_json: str, batch_path: str) -> dict[str, An
         parts, loss = grpo_step(run, batch, settings.group_size)
         steps.append(parts)
         losses.append(loss)
-    memory["peak"] = memory_peak_mib(run.device)
+    memory["peak"] = memory_mib(run.device, peak=True)
     result = {"variant": variant, "device": run.device, "setup_s": setup_s, "step_s": steps[settings.warmup:],
               "first_loss": losses[0], "memory_mib": memory, "trainable_params": run.trainable_params,
               "model_params": run.model_params, **push_facts(variant, run), **engine_check(run, batch)}
