@@ -194,7 +194,8 @@ class LLMCodeEnv(LLMEnv, build=build_code):
       ``"completion"``.
     * ``timeout_s``: one grading's wall-clock budget (the program's loading and all its tests; default 10 s,
       stretched by the machine's load); ``sandbox``: the program's sandbox settings (``memory_limit_mb``,
-      ``cpu_limit_s``, ...); ``max_output_chars``: stdin/stdout tasks, the most a program may print per test.
+      ``cpu_limit_s``, ...); ``max_output_chars``: the most a program may print on one test's stdout (stdin/stdout
+      tasks) and in all while graded (more: output limit exceeded, 0.0).
     * ``system_prompt`` (default :data:`DEFAULT_CODE_SYSTEM_PROMPT`), ``task_order``, and every ``ChatConfig``
       field but ``max_turns`` (``mode``, ``tokenizer``, ...).
 

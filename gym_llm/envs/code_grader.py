@@ -46,7 +46,7 @@ DEFAULT_TIMEOUT_S = 10.0
 _SOURCES = (Path(__file__).with_name("mlgym_bridge.py"), Path(__file__).with_name("code_runtime.py"))
 _BOOT_LOCK = ForkSafeLock()
 _BOOT: str | None = None
-_BACKSTOP_S = 15.0  # beyond the budget: how long the host waits for a grader that does not finish by itself
+_BACKSTOP_S = 15.0  # beyond the budget: how long the host waits for a grader that does not finish by itself (x load)
 _PROGRAM_STOP_S = 1.0  # after the grader is done: how long the program's REPL may take to return from serving
 
 
@@ -168,7 +168,8 @@ class CodeSandboxes:
         timeout_s: budget of one grading (wall clock, stretched by the machine's load).
         sandbox: settings of the program's sandbox (any :class:`SandboxConfig` field but ``extra_ro_paths`` and
             ``allow_subprocess``: its memory, CPU, files, ...); the grader's gets the same limits.
-        max_output_chars: stdio tasks: the most a program may print per test (more fails the test).
+        max_output_chars: the most a program may print: on one test's stdout (stdio tasks: more fails the test), and
+            in all while graded (more fails the program: output limit exceeded).
     """
 
     def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, sandbox: Mapping[str, Any] | None = None,
@@ -279,17 +280,18 @@ class CodeSandboxes:
                      f"{grading.setup!r}, {grading.entry_point!r}, {grading.kind == 'stdio'}, "
                      f"{self.max_output_chars}, {grading.seed})\n")
             thread = threading.Thread(target=lambda: served.update(
-                reply=program_repl.execute(serve, timeout_s=budget_s + _BACKSTOP_S)), daemon=True,
+                reply=program_repl.execute(serve, timeout_s=budget_s + load_scaled(_BACKSTOP_S))), daemon=True,
                 name="gym_llm_code_program")
             thread.start()
             spec = {"kind": grading.kind, "call": _sandbox_path(str(call)), "reply": _sandbox_path(str(reply)),
                     "budget_s": budget_s, "entry_point": grading.entry_point, "setup": grading.setup,
                     "tests": grading.tests, "reference": grading.reference, "generator": grading.generator,
                     "seed": grading.seed, "num_cases": grading.num_cases, "inputs": list(grading.inputs),
-                    "outputs": list(grading.outputs), "max_output_chars": self.max_output_chars}
+                    "outputs": list(grading.outputs), "max_output_chars": self.max_output_chars,
+                    "grace_s": load_scaled(1.0)}
             graded = grader_repl.execute(_boot() + f"_gym_llm_code.grade(__import__('json').loads({json.dumps(spec)!r}))\n",
-                                         timeout_s=budget_s + _BACKSTOP_S)
-            report = _report(graded, budget_s + _BACKSTOP_S)
+                                         timeout_s=budget_s + load_scaled(_BACKSTOP_S))
+            report = _report(graded, budget_s + load_scaled(_BACKSTOP_S))
         finally:
             if grader_box is not None:
                 if grader_repl is not None:
@@ -308,6 +310,9 @@ class CodeSandboxes:
         served_reply = served.get("reply")
         output = None if served_reply is None or served_reply.status not in ("ok", "error") else \
             len(served_reply.output) + served_reply.omitted_chars
+        if output is not None and output > self.max_output_chars and report.dataset_error is None:
+            report = replace(report, load_error=f"output limit exceeded: the program printed {output:,} characters "
+                                                f"while graded (the limit is {self.max_output_chars:,})")
         return replace(report, output_chars=output, duration_s=time.perf_counter() - start)
 
     @staticmethod
@@ -342,7 +347,7 @@ def _report(graded: ReplReply, backstop_s: float) -> GradeReport:
     tests = tuple(TestResult(t["name"], t["passed"], t["message"], t["timed_out"]) for t in data["tests"])
     load_error = data["load_error"]
     return GradeReport(tests=tests, load_error=load_error, dataset_error=data["dataset_error"],
-                       timed_out=any(t.timed_out for t in tests) or bool(load_error and "in time" in load_error))
+                       timed_out=any(t.timed_out for t in tests) or bool(data["load_timed_out"]))
 
 
 def _release_waiters(call: Path, reply: Path) -> None:

@@ -366,6 +366,7 @@ class Results:
         self.tests = []  # {"name", "passed", "message", "timed_out"}
         self.dataset_error = None
         self.load_error = None
+        self.load_timed_out = False
 
     def add(self, name, passed, message="", timed_out=False):
         limit = FIRST_MESSAGE_CHARS if not passed and not any(not t["passed"] for t in self.tests) else OTHER_MESSAGE_CHARS
@@ -392,7 +393,7 @@ class Results:
 
     def as_json(self):
         return {"tests": self.tests, "dataset_error": self.dataset_error, "load_error": self.load_error,
-                "calls": self.channel.calls if self.channel is not None else 0}
+                "load_timed_out": self.load_timed_out, "calls": self.channel.calls if self.channel is not None else 0}
 
 
 def _units(statements, candidate):
@@ -599,7 +600,7 @@ def grade(spec):
             channel = Channel(spec["call"], spec["reply"], deadline)
             marks["connected_s"] = time.monotonic() - started
             results = Results(channel)
-            watchdog = Watchdog(deadline)
+            watchdog = Watchdog(deadline + spec.get("grace_s", 1.0))  # after the calls' own deadline
             reply = channel.request({"op": "load"})
             if not reply["ok"]:
                 results.load_error = _cut(str(reply.get("error", "")), FIRST_MESSAGE_CHARS)
@@ -607,6 +608,7 @@ def grade(spec):
         except (ProgramTimeout, ProgramGone, GradingTimeout) as e:
             results = results or Results(channel)
             results.load_error = f"the program did not load: {e}"
+            results.load_timed_out = not isinstance(e, ProgramGone)
         if results.load_error is None:
             try:
                 _KINDS[spec["kind"]](spec, channel, results)

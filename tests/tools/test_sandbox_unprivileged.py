@@ -23,7 +23,7 @@ from tests.tools import unprivileged
 REPO = Path(__file__).resolve().parents[2]
 MODULES = ["tests/tools/test_sandbox_security.py", "tests/tools/test_sandbox_attacks.py", "tests/tools/test_repl_socket.py",
            "tests/tools/test_python_fork.py", "tests/tools/test_cow_fork.py",
-           "tests/tools/test_fork_budget.py"]
+           "tests/tools/test_fork_budget.py", "tests/envs/test_code_attacks.py"]
 pytestmark = pytest.mark.slow
 
 
