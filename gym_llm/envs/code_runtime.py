@@ -143,7 +143,7 @@ def serve_program(call_path, reply_path, program, setup, entry_point, stdio, max
                 kwargs = message["kwargs"] if kind == KIND_MARSHAL else decode(message["kwargs"])
                 reply["value"] = encode(namespace[entry_point](*args, **kwargs))
             elif op == "stdio":
-                reply["value"] = _run_stdio(compiled, message["input"], max_output_chars)
+                reply["value"] = _run_program_on(compiled, message["input"], max_output_chars)
             else:
                 raise ValueError(f"unknown op {op!r}")
             payload = dumps(reply).encode()
@@ -157,7 +157,7 @@ def serve_program(call_path, reply_path, program, setup, entry_point, stdio, max
         send(reply_fd, KIND_JSON, payload)
 
 
-def _run_stdio(compiled, stdin_text, max_output_chars):
+def _run_program_on(compiled, stdin_text, max_output_chars):
     """Run the whole program once with ``stdin_text`` on its stdin; its stdout (stderr is not part of the answer)."""
     out, err = _Out(max_output_chars), _Out(0)
     saved = sys.stdin, sys.stdout, sys.stderr
@@ -556,7 +556,7 @@ def normalized_output(text):
     return "\n".join(lines)
 
 
-def _run_stdio(spec, channel, results):
+def _run_stdio_tests(spec, channel, results):
     for case, (stdin_text, expected) in enumerate(zip(spec["inputs"], spec["outputs"])):
         name = f"case {case}: stdin " + _show(stdin_text)[:60]
         channel.last_call = (f"the program on stdin {_show(stdin_text)}", None)
@@ -583,7 +583,7 @@ def _run_stdio(spec, channel, results):
                                      f"got {_show(out['stdout'])}")
 
 
-_KINDS = {"asserts": _run_assert_tests, "differential": _run_differential, "stdio": _run_stdio}
+_KINDS = {"asserts": _run_assert_tests, "differential": _run_differential, "stdio": _run_stdio_tests}
 
 
 def grade(spec):

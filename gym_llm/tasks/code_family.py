@@ -78,7 +78,7 @@ TEMPLATES: tuple[Template, ...] = (
              "xs is shorter).", "return xs[:{k}]", lambda r: {"k": r.randint(1, 6)},
              lambda r, c: (_ints(r, 9),), lambda c, xs: xs[:c["k"]]),
     Template("keep_greater_than_{k}", "(xs: list) -> list", "Return a list of the numbers of xs that are greater than "
-             "{k}, in their order.", "return [x for x in xs if x > {k}]", lambda r: {"k": r.randint(-5, 10)},
+             "{k}, in their order.", "return [x for x in xs if x > {k}]", lambda r: {"k": r.randint(0, 10)},
              lambda r, c: (_ints(r, 9),), lambda c, xs: [x for x in xs if x > c["k"]]),
     Template("add_{k}_to_each", "(xs: list) -> list", "Return a list with {k} added to each number of xs.",
              "return [x + {k} for x in xs]", lambda r: {"k": r.randint(1, 20)}, lambda r, c: (_ints(r),),
@@ -111,7 +111,7 @@ TEMPLATES: tuple[Template, ...] = (
              lambda r, c: (r.randint(-50, 50), r.randint(-50, 50)), lambda c, a, b: abs(a - b) + c["k"]),
     Template("clamp_{lo}_to_{hi}", "(x: int) -> int", "Return x if it is between {lo} and {hi}; return {lo} if x is "
              "smaller and {hi} if x is larger.", "return min(max(x, {lo}), {hi})",
-             lambda r: (lambda lo: {"lo": lo, "hi": lo + r.randint(1, 20)})(r.randint(-10, 10)),
+             lambda r: (lambda lo: {"lo": lo, "hi": lo + r.randint(1, 20)})(r.randint(0, 10)),
              lambda r, c: (r.randint(c["lo"] - 15, c["hi"] + 15),), lambda c, x: min(max(x, c["lo"]), c["hi"])),
     Template("largest_of_three_plus_{k}", "(a: int, b: int, c: int) -> int", "Return the largest of a, b and c, plus "
              "{k}.", "return max(a, b, c) + {k}", lambda r: {"k": r.randint(0, 9)},
@@ -173,7 +173,7 @@ def load_basic_tasks(split: str = "train", *, size: int = 1_000, seed: int = 0) 
 
     >>> tasks = load_basic_tasks("test", size=3, seed=0)
     >>> [t.data["source_id"] for t in tasks]
-    ['basic/even_numbers', 'basic/largest_times_7', 'basic/clamp_1_to_11']
+    ['basic/even_numbers', 'basic/largest_times_7', 'basic/subtract_79']
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be an int >= 1, got {size!r}.")
