@@ -450,9 +450,9 @@ def explain(settings: Settings, results: dict[str, dict[str, Any]], figures: dic
     weights_mib, adapter_mib = 4 * lora["model_params"] / 2**20, 4 * lora["trainable_params"] / 2**20  # float32
     print(f"adapter: {lora['trainable_params']:,} parameters, {share:.1%} of the model's {lora['model_params']:,}"
           + ("" if settings.rank == 16 else f" (the goals are stated for rank 16; this run is rank {settings.rank})"))
-    print(f"push: LoRA's {lo['push_s'] * 1e3:.1f} ms = writing the adapter's folder {lo['write_s'] * 1e3:.1f} ms + "
-          f"vLLM reading it and swapping its adapter slot; full's {f['push_s'] * 1e3:.1f} ms reloads "
-          f"{full['push_tensors']} tensors")
+    print(f"push: LoRA's {lo['push_s'] * 1e3:.1f} ms, of which writing the adapter's folder takes "
+          f"~{lo['write_s'] * 1e3:.1f} ms (timed apart; the rest is vLLM reading it and swapping its adapter slot); "
+          f"full's {f['push_s'] * 1e3:.1f} ms reloads {full['push_tensors']} tensors")
     saving = f["peak_mib"] - lo["peak_mib"]
     print(f"memory: full's peak less LoRA's {saving:.0f} MiB (by count: full's reference copy, gradients and two AdamW "
           f"moments, 4 x {weights_mib:.1f} = {4 * weights_mib:.0f} MiB, less LoRA's adapter with its gradients and "
