@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ROWS = ("reference log-probs (ms)", "policy fwd+bwd (GRPOLoss) (ms)", "optimizer (clip, AdamW) (ms)",
         "push to vLLM (ms)", "step (the four phases) (ms)", "push bytes (MiB)", "RSS after imports (MiB)",
@@ -17,6 +19,7 @@ ROWS = ("reference log-probs (ms)", "policy fwd+bwd (GRPOLoss) (ms)", "optimizer
         "peak RSS less the engine (MiB)", "training's own peak (MiB)")
 
 
+@pytest.mark.slow  # two fresh processes, each starting vLLM: ~45 s
 def test_the_lora_benchmark_runs_at_the_tiny_shape_and_writes_its_figures(tmp_path):
     record = tmp_path / "lora.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1",

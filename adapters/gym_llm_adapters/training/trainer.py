@@ -200,7 +200,9 @@ class Trainer:
         cfg = self.config
         adapter, self._adapter_root = None, None
         if self.peft_model is not None:  # each push's adapter folder goes here (the engine reads it)
-            self._adapter_root = Path(tempfile.mkdtemp(prefix="gym_llm_adapters_"))
+            from gym_llm_adapters.lora import memory_dir
+
+            self._adapter_root = Path(tempfile.mkdtemp(prefix="gym_llm_adapters_", dir=memory_dir()))
             run_id = uuid.uuid4().hex[:8]
             if self.resumed_from is not None and self.state.version > 0:  # the engine starts on the saved adapter
                 adapter = lora_run.checkpoint_adapter(self.resumed_from, self._adapter_root, version=self.state.version,
