@@ -188,47 +188,66 @@ def test_a_returned_object_that_overrides_eq_scores_0(env, naive, value):
 
 # ------------------------------------------------------------------------------------------- reads or rewrites the tests
 READS_TESTS = """
-    import dis, gc, os, sys, types
+    import ast, dis, gc, os, sys, types
 
-    def from_the_callers_frame():
-        # HumanEval's asserts are `assert candidate(...) == EXPECTED`: the constant right after the call in the
-        # caller's bytecode is the expected value
-        frame = sys._getframe(2)
-        while frame is not None:
-            instructions = list(dis.get_instructions(frame.f_code))
-            after = [i for i in instructions if i.offset > frame.f_lasti]
-            for ins, nxt in zip(after, after[1:]):
-                if ins.opname == "LOAD_CONST" and nxt.opname == "COMPARE_OP":
-                    return True, ins.argval
-            frame = frame.f_back
-        return False, None
-
-    def from_files_and_memory():
+    def test_sources():
+        # the tests' source anywhere it could be: callers' variables, objects in memory, files
         found = []
+        frame = sys._getframe(1)
+        while frame is not None:
+            for scope in (frame.f_locals, frame.f_globals):
+                found += [v for v in list(scope.values()) if isinstance(v, str) and "def check(candidate)" in v]
+            frame = frame.f_back
         for obj in gc.get_objects():
+            if isinstance(obj, (list, tuple, dict)):
+                values = obj.values() if isinstance(obj, dict) else obj
+                found += [v for v in list(values) if isinstance(v, str) and "def check(candidate)" in v]
             if isinstance(obj, types.FunctionType) and obj.__name__ == "check":
-                found.append(obj)
                 obj.__code__ = (lambda candidate: None).__code__  # and rewrite it
-        for root in ("/", "/tmp", "/run", "/scratch", os.getcwd()):
+        for root in ("/tmp", "/scratch", "/run", "/home", os.getcwd()):  # the installed packages aside
             for path, dirs, files in os.walk(root):
-                if path.startswith(("/proc", "/sys", "/dev", "/usr")):
+                if "site-packages" in path or "/lib/python" in path or path.startswith(("/proc", "/sys", "/usr")):
                     dirs[:] = []
                     continue
                 for name in files:
                     try:
                         with open(os.path.join(path, name), errors="ignore") as f:
-                            if "def check(candidate)" in f.read(1 << 20):
-                                found.append(path + "/" + name)
+                            text = f.read(1 << 20)
                     except OSError:
-                        pass
+                        continue
+                    if "def check(candidate)" in text:
+                        found.append(text)
         return found
 
-    def has_close_elements(numbers, threshold):
-        hit, expected = from_the_callers_frame()
-        if hit:
-            return expected
-        assert not from_files_and_memory(), "found the tests"
+    def answers(source):
+        table = {}
+        for line in source[source.index("def check(candidate)"):].splitlines():
+            line = line.strip()
+            if line.startswith("assert candidate(") and " == " in line:
+                call, expected = line[len("assert candidate("):].rsplit(" == ", 1)
+                try:
+                    table[repr(ast.literal_eval("(" + call[:-1] + ",)"))] = ast.literal_eval(expected)
+                except (ValueError, SyntaxError):
+                    pass
+        return table
+
+    def from_the_callers_frame():
+        # HumanEval's asserts are `assert candidate(...) == EXPECTED`: the constant right after the call in the
+        # caller's bytecode is the expected value
+        frame = sys._getframe(2)
+        instructions = list(dis.get_instructions(frame.f_code))
+        after = [i for i in instructions if i.offset > frame.f_lasti]
+        for ins, nxt in zip(after, after[1:]):
+            if ins.opname == "LOAD_CONST" and nxt.opname == "COMPARE_OP":
+                return ins.argval
         return "no tests found"
+
+    def has_close_elements(numbers, threshold):
+        for source in test_sources():
+            table = answers(source)
+            if repr((numbers, threshold)) in table:
+                return table[repr((numbers, threshold))]
+        return from_the_callers_frame()
 """
 
 
@@ -236,12 +255,10 @@ def test_a_program_that_reads_or_rewrites_the_tests_scores_0(env, naive):
     """The tests, the reference and the expected values never enter the program's sandbox: not in its memory, not
     on its file system, not in its callers' frames. Mutation tried: the program in the grader's process (the frame
     trick passes, 1.0); and the tests given to the program's sandbox as its setup code (the file-system and memory
-    search finds them: the AssertionError 'found the tests' in the feedback)."""
+    search finds them in the serving frame's variables, 1.0)."""
     assert naive(env, READS_TESTS)  # the attack is real
     reward, info = grade(env, READS_TESTS)
-    tests = json.loads(info["tests"])
-    assert reward == 0.0 and info["num_passed"] == 0, tests
-    assert not any("found the tests" in t["message"] for t in tests), tests
+    assert reward == 0.0 and info["num_passed"] == 0, info["tests"]
     still_serves(env)
 
 
@@ -254,19 +271,22 @@ CATCHES = """
     calls = []
     def has_close_elements(numbers, threshold):
         calls.append(1)
+        if len(calls) == 1:  # one honest answer, then whatever stops a harness early
+            return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
         errors = (SystemExit(0), KeyboardInterrupt(), GeneratorExit(), StopIteration(True), AssertionError())
         raise errors[len(calls) % len(errors)]
 """
 
 
-def test_a_program_that_catches_or_raises_past_the_tests_exceptions_scores_0(env):
-    """The program raises what would end or confuse a harness in its process (SystemExit(0), KeyboardInterrupt,
-    StopIteration, ...) and installs hooks that swallow errors and exit 0: each call fails in the grader as a plain
-    exception. Mutation tried: re-raising the program's exception type by name whatever it is (StopIteration and
-    KeyboardInterrupt then escaped the test's wrapper; the grading ended early with the tests after it unrecorded)."""
+def test_a_program_that_raises_past_the_tests_or_hooks_their_exit_scores_0(env):
+    """After one honest answer the program raises what would end or confuse a harness (SystemExit(0),
+    KeyboardInterrupt, StopIteration, ...) and installs hooks that swallow errors and exit 0: in the grader each call
+    fails as a plain exception (a RuntimeError unless it is an ordinary builtin Exception), recorded by the test's own
+    wrapper, and every later test still runs. Mutation tried: the program's exception re-raised by its own type
+    whatever it is, with the grader keeping the results it had when the tests stopped — 1 of 1 test, 1.0."""
     reward, info = grade(env, CATCHES)
     tests = json.loads(info["tests"])
-    assert reward == 0.0 and len(tests) == 7 and not any(t["passed"] for t in tests), tests
+    assert reward == 0.0 and len(tests) == 7 and [t["passed"] for t in tests] == [True] + [False] * 6, tests
     still_serves(env)
 
 
