@@ -4,8 +4,8 @@ compares with generating the replies at the SmolLM2 shape.
 Grading: ``gym.make_vec("LLMCode-v0", num_envs=B)``; each round resets the B sub-envs onto the next B problems
 (``options={"task_ids": ...}``) and steps them with the canonical solutions (each sub-env's program in a sandbox of
 its own, the tests in another, B gradings in parallel threads). Every one must score 1.0. Reported per repeat and as
-the median of ``--repeats``: problems/s, tests/s (the HumanEval asserts graded: 1,325 per pass... as the grader
-counts them), the grading latency per problem (p50, p95).
+the median of ``--repeats``: problems/s, tests/s (the test statements the grader counts: 1,181 per pass over
+HumanEval, a loop of asserts counting once), the grading latency per problem (p50, p95).
 
 Generation (``--generate``): SmolLM2-135M-Instruct on in-process vLLM (CPU here) samples a reply for each of the same
 164 prompts (rendered by the env in tokens mode with SmolLM2's chat template), ``--max-tokens`` tokens each

@@ -301,7 +301,11 @@ def _raised(reply):
     name = reply.get("type")
     error = str(reply.get("error", ""))
     kind = getattr(builtins, name) if type(name) is str and name in _RAISED else RuntimeError
-    exc = kind(f"{name if type(name) is str else 'an exception'} raised in the program")
+    shown = _cut(name, 80) if type(name) is str else "an exception"
+    try:
+        exc = kind(f"{shown} raised in the program")
+    except Exception:  # a builtin whose constructor wants more (UnicodeDecodeError, ExceptionGroup, ...)
+        exc = RuntimeError(f"{shown} raised in the program")
     exc.program_traceback = error
     return exc
 

@@ -408,6 +408,9 @@ def test_a_program_that_floods_its_output_scores_0(env):
     "        try:\n            os.write(fd, b'\\x00\\x00\\x00\\x20J{\"id\": 1, \"ok\": true, \"value\": true}')\n"
     "        except OSError:\n            pass\n    return None\n",
     "x = '\\ud800'\nprint(x)\ndef has_close_elements(numbers, threshold):\n    return '\\udfff'\n",
+    "def has_close_elements(numbers, threshold):\n    raise UnicodeDecodeError('utf-8', b'', 0, 1, 'x')\n",
+    "class ExceptionGroup(Exception):\n    pass\ndef has_close_elements(numbers, threshold):\n"
+    "    raise ExceptionGroup('x')\n",
     "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n",
     "def has_close_elements(numbers, threshold):\n    import os\n    return os.listdir('/run/host/tmp') + "
     "os.listdir([p for p in __import__('glob').glob('/run/host/tmp/gym_llm_code_*/channels')][0])\n",
