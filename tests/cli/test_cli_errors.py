@@ -187,6 +187,16 @@ def test_train_out_holding_a_run_needs_resume(in_process, tmp_path):
         assert status == 2 and fragment in err, err
 
 
+def test_a_warm_start_with_nothing_to_learn_is_a_user_error_not_a_bug(tmp_path):
+    """Every worked answer is longer than --max-new-tokens: known only once the env's tasks are read (after the
+    model loads), still one clear line and status 2, not an 'internal error'."""
+    result = gym_llm("train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny",
+                     "--engine", "hf", "--device", "cpu", "--sft-warmup-steps", "1", "--steps", "1",
+                     "--max-new-tokens", "2", "--eval-every", "0", "--eval-episodes", "1", "--no-progress",
+                     "--out", str(tmp_path / "run"), guarded=False)
+    assert_user_error(result, "the SFT warm start has no data", "longer than max_new_tokens=2", "raise max_new_tokens")
+
+
 # ---------------------------------------------------------------------------- LoRA settings, found first
 NEEDS_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 LORA = ["train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny", "--max-new-tokens", "8"]

@@ -283,8 +283,13 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(config, resume=args.resume)  # a resumed run's state files are read (as data) here
     except CheckpointError as e:
         raise UsageError(str(e)) from e
+    from gym_llm_adapters.training.sft_data import SFTDataError
+
     with trainer, logging_redirect_tqdm():  # logs print above the bar
-        result = trainer.run()
+        try:
+            result = trainer.run()
+        except SFTDataError as e:  # the warm start's data is known only once the env's tasks are read
+            raise UsageError(f"the SFT warm start has no data: {e}") from e
     first, last = (result.evals[0], result.evals[-1]) if result.evals else (None, None)
     if first is not None:
         print(f"eval at step {first[0]}: mean reward {first[1].reward_mean:.3f}, pass rate {first[1].pass_rate:.1%}")

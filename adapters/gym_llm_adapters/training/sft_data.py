@@ -23,7 +23,11 @@ from gym_llm.core.tasks import Task
 from gym_llm_adapters.losses.selection import select_rollouts
 from gym_llm_adapters.types import Trajectory
 
-__all__ = ["REFERENCE_FIELDS", "reference_reply", "reference_trajectories", "rollout_trajectories"]
+__all__ = ["REFERENCE_FIELDS", "SFTDataError", "reference_reply", "reference_trajectories", "rollout_trajectories"]
+
+class SFTDataError(ValueError):
+    """The warm start's data gives nothing to learn from: the user's settings, not a bug (``gym-llm train`` exits 2)."""
+
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +90,13 @@ def reference_trajectories(env_id: str, env_kwargs: Mapping[str, Any], tokenizer
     finally:
         env.close()
     if missing == count:
-        raise ValueError(
+        raise SFTDataError(
             f"{env_id}'s tasks have no worked solutions (looked for the record fields {list(REFERENCE_FIELDS)}), "
             "so sft_data='references' has nothing to learn from. Collect rollouts first "
             "(gym-llm eval ... --out rollouts.jsonl) and pass that file as the SFT data, with --sft-min-reward."
         )
     if not out:
-        raise ValueError(f"no usable reference replies: {too_long} are longer than max_new_tokens={max_new_tokens}; "
+        raise SFTDataError(f"no usable reference replies: {too_long} are longer than max_new_tokens={max_new_tokens}; "
                          "raise max_new_tokens.")
     logger.info("SFT references: %d examples (%d without a solution, %d too long, %d not rewarded by the env)",
                 len(out), missing, too_long, unrewarded)
@@ -105,5 +109,5 @@ def rollout_trajectories(path: str | Path, *, min_reward: float | None = None,
     (:func:`~gym_llm_adapters.losses.select_rollouts`); an empty selection is an error."""
     trajectories = select_rollouts(path, top_k=top_k, min_reward=min_reward)
     if not trajectories:
-        raise ValueError(f"no trajectory of {path} passes the selection (min_reward={min_reward}, top_k={top_k}).")
+        raise SFTDataError(f"no trajectory of {path} passes the selection (min_reward={min_reward}, top_k={top_k}).")
     return trajectories
