@@ -23,6 +23,16 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
 
+# Hypothesis fails an example that takes over 200 ms by default: a timing assertion, which a loaded machine trips
+# (a chat-template property test failed so beside a sandbox-heavy run). Timings never go in unit tests: no deadline.
+try:
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("gym_llm", deadline=None)
+    _hypothesis_settings.load_profile("gym_llm")
+except ImportError:  # hypothesis is in [dev]; a plain install runs the tests that do not use it
+    pass
+
 
 def shared_data_dir() -> Path:
     """The project's shared data folder: $GYM_LLM_DATA, ../shared/data beside the checkout, or /work/shared/data."""

@@ -254,8 +254,7 @@ class Channel:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 raise ProgramTimeout("it stopped reading")
-            _, writable, _ = select.select([], [self.call_fd], [], remaining)
-            if writable:
+            if _ready(self.call_fd, select.POLLOUT, remaining):
                 try:
                     view = view[os.write(self.call_fd, view):]
                 except BrokenPipeError:
@@ -276,8 +275,7 @@ class Channel:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 raise ProgramTimeout("the time limit ran out")
-            readable, _, _ = select.select([self.reply_fd], [], [], remaining)
-            if not readable:
+            if not _ready(self.reply_fd, select.POLLIN, remaining):
                 continue
             try:
                 chunk = os.read(self.reply_fd, 1 << 16)
@@ -294,6 +292,13 @@ class Channel:
                     os.close(fd)
                 except OSError:
                     pass
+
+
+def _ready(fd, event, timeout_s):
+    """``poll`` for one descriptor (``select()`` refuses descriptors >= 1024)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(max(0, int(timeout_s * 1000 + 0.999))))
 
 
 def _raised(reply):

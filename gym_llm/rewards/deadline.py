@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import select
 import struct
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 import weakref
 from typing import Any
 
+from gym_llm.core.fdwait import wait_fd
 from gym_llm.core.forksafe import ForkSafeLock
 
 __all__ = [
@@ -145,7 +145,7 @@ class _Worker:
         while True:
             while len(data) < need:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                if left <= 0 or not wait_fd(fd, timeout_s=left):
                     raise DeadlineExceeded(f"no answer within {timeout_s:g} s")
                 chunk = os.read(fd, need - len(data))
                 if not chunk:

@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import os
-import select
 import shutil
 import signal
 import socket
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gym_llm.core.fdwait import wait_fd
 from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox import cgroups, userns
 from gym_llm.tools.sandbox.config import SandboxConfig
@@ -358,7 +358,7 @@ class ReplChannel:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     raise TimeoutError from None
-                select.select([self.reply_fd], [], [], remaining)
+                wait_fd(self.reply_fd, timeout_s=remaining)
                 continue
             if not chunk:
                 raise _Broken("the REPL closed its output")
@@ -384,8 +384,7 @@ def write_all(fd: int, data: bytes, deadline: float) -> None:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             raise TimeoutError
-        _, writable, _ = select.select([], [fd], [], remaining)
-        if writable:
+        if wait_fd(fd, write=True, timeout_s=remaining):
             view = view[os.write(fd, view):]
 
 

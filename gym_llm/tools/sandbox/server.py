@@ -90,7 +90,9 @@ def read_exact(fd, n, deadline=None):
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 raise TimeoutError
-            if not select.select([fd], [], [], remaining)[0]:
+            poller = select.poll()  # not select(): it refuses descriptors >= 1024
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(max(0, int(remaining * 1000 + 0.999))):
                 continue
         chunk = os.read(fd, n - got)
         if not chunk:
@@ -712,8 +714,9 @@ class Zygote:
         ``wait_s`` by the load; only code that holds the pipe open ever waits it out."""
         import select
 
-        readable, _, _ = select.select([fd], [], [], wait_s)
-        return bool(readable) and os.read(fd, 1) == b""
+        poller = select.poll()  # not select(): it refuses descriptors >= 1024
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(wait_s * 1000 + 0.999)))) and os.read(fd, 1) == b""
 
     @staticmethod
     def checked(raw, max_output_chars, max_error_chars):
