@@ -134,9 +134,11 @@ threading.Thread(target=answer_next, daemon=True).start()
 print("armed")
 """
             assert call(session, hijack).content == "armed\n"
-            taken = call(session, "print('own')")
-            assert taken.content in ("CHOSEN\n", "own\n"), taken.content  # the thread or the loop took it
-            assert call(session, "print('next')").content == "next\n"
+            # Each call's pipes go to whichever of the thread and the serving loop receives first: the thread
+            # answers one call of this episode (whichever it wins), every other call answers for itself.
+            seen = [call(session, f"print('c{i}')").content for i in range(4)]
+            assert all(got in ("CHOSEN\n", f"c{i}\n") for i, got in enumerate(seen)), seen
+            assert seen.count("CHOSEN\n") <= 1, seen
             assert call(sibling, "y * 2").content.strip() == "10"  # the copy's calls are its own
         finally:
             sibling.close()
