@@ -53,6 +53,7 @@ from gym_llm_adapters.engines.validate import check_completions
 from gym_llm_adapters.env_spec import register_spec, spec_of_env
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
 from gym_llm_adapters.faults import CollectorBrokenError, HeldBatch, RestartBudget
+from gym_llm_adapters.reward_stages import apply_stages
 from gym_llm_adapters.rollout_io import RolloutWriter
 from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 
@@ -119,6 +120,12 @@ class Collector:
             for ``branch_turn`` turns, then the group's other members continue forks of its episode, so a group's
             trajectories share those turns (``Trajectory.shared_turns``; context, not trained) and GRPO compares
             continuations of one state. Needs gym_llm's native vector envs with ``group_size >= 2``, episodes mode.
+        reward_stages: trajectory-level rewards run on every batch of whole groups before it is written or returned
+            (:mod:`gym_llm_adapters.reward_stages`: an LLM judge, a group judge, a reward model); episodes mode. Each
+            trajectory records each stage's score with its source (``Trajectory.scores``); a failed one marks the
+            episode's reward failed (``Trajectory.reward_failed``: counted in ``stats.reward_failed``, left out of
+            the loss by the trainer). Every stage is tried on each env's first task when the collector is made.
+        env_reward_weight: the env's own reward's weight beside the stages' (``Trajectory.env_weight``).
 
     Iterate it (``for batch in collector``) or call :meth:`next_batch`; a batch is a
     ``list[Trajectory]`` (episodes mode) or a ``list[StepRecord]`` (steps mode). :meth:`run_episodes` instead
@@ -142,6 +149,8 @@ class Collector:
         record_prompt_text: bool = True,
         max_env_restarts: int = 3,
         branch_turn: int | None = None,
+        reward_stages: Sequence[Any] = (),
+        env_reward_weight: float = 1.0,
     ):
         env_list = [envs] if isinstance(envs, VectorEnv) else list(envs)
         check_settings(env_list, sampling, episodes_per_batch, steps_per_batch)
@@ -190,6 +199,11 @@ class Collector:
         self._finished: dict[int, Trajectory] = {}
         self._bar: Any = None
         self._warned_clip = False
+        self.reward_stages = list(reward_stages)
+        self.env_reward_weight = float(env_reward_weight)
+        self._tasks: dict[int, Any] = {}
+        if self.reward_stages:
+            self._check_stages()
 
     # ------------------------------------------------------------------------------ setup
     def _make_shards(self, envs: list[VectorEnv]) -> list[_Shard]:
@@ -397,9 +411,67 @@ class Collector:
 
     def _take_batch(self) -> list[Any]:
         if self.mode == "episodes":
-            return self._groups.pop(self.batch_size)
+            batch = self._groups.pop(self.batch_size)
+            if self.reward_stages:
+                apply_stages(batch, [self._task_of(t) for t in batch], self.reward_stages, self.env_reward_weight)
+            self.stats.reward_failed += sum(t.reward_failed for t in batch)
+            return batch
         batch, self._steps = self._steps[: self.batch_size], self._steps[self.batch_size:]
         return batch
+
+    # ------------------------------------------------------------------------------ reward stages
+    def _shard_tasks(self, shard: _Shard) -> Any:
+        key = id(shard.env)
+        if key not in self._tasks:
+            parts = getattr(shard.env, "parts", None)
+            if parts is None and hasattr(shard.env, "get_attr"):
+                try:
+                    parts = shard.env.get_attr("parts")[0]
+                except Exception:  # noqa: BLE001  (not a gym_llm env underneath)
+                    parts = None
+            if parts is None or not hasattr(parts, "tasks"):
+                raise ValueError(f"Reward stages read each episode's task from its env; {shard.env_id or shard.env!r} "
+                                 "is not a gym_llm env (no .parts.tasks). Use gym_llm's vector envs "
+                                 "(gym.make_vec(id, vectorization_mode='vector_entry_point')) or a SyncVectorEnv of "
+                                 "gym_llm envs.")
+            self._tasks[key] = parts.tasks
+        return self._tasks[key]
+
+    def _task_of(self, trajectory: Trajectory) -> Any:
+        for shard in self._shards:
+            if shard.offset <= trajectory.env_index < shard.offset + shard.num_envs:
+                return self._shard_tasks(shard)[trajectory.task_id]
+        raise RuntimeError(f"No env holds sub-env {trajectory.env_index} (a trajectory this collector did not make).")
+
+    def _check_stages(self) -> None:
+        """Refuse, before any rollout, reward stages that cannot run here: steps mode, a stage without the
+        interface, an env without tasks, or a stage whose judge prompt cannot be built from an env's tasks."""
+        if self.mode != "episodes":
+            raise ValueError("reward_stages score whole episodes: use episodes_per_batch=, not steps_per_batch=.")
+        for stage in self.reward_stages:
+            if not (hasattr(stage, "score") and hasattr(stage, "source") and hasattr(stage, "weight")):
+                raise TypeError(f"A reward stage needs .score(trajectories, tasks), .source and .weight; got "
+                                f"{type(stage).__name__} (see gym_llm_adapters.reward_stages).")
+        from gym_llm.core.messages import Message
+        from gym_llm.rewards.judge import JudgeError
+
+        for shard in self._shards:
+            tasks = self._shard_tasks(shard)
+            if not len(tasks):
+                continue
+            task = tasks[0]
+            for stage in self.reward_stages:
+                judge = getattr(stage, "judge", None)
+                if judge is None:
+                    continue
+                try:
+                    if hasattr(judge, "judge_group"):
+                        judge.prompt(task, list(task.messages), ["probe"])
+                    else:
+                        judge.prompt(task, [*task.messages, Message("assistant", "probe")])
+                except JudgeError as e:
+                    raise ValueError(f"The reward stage {stage.source} cannot judge {shard.env_id}'s tasks: {e}. "
+                                     "Give the tasks the fields the rubric names, or change the rubric.") from None
 
     # ------------------------------------------------------------------------------- steps
     def _advance(self, shard: _Shard) -> None:

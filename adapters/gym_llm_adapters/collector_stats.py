@@ -14,7 +14,8 @@ class CollectorStats:
 
     ``restarts``: env shards (local) or env workers (Ray) restarted after a failure; ``episodes_dropped``: in-flight
     episodes they lost; ``episodes_orphaned``: finished episodes dropped because the rest of their group was lost
-    (see :mod:`gym_llm_adapters.faults`)."""
+    (see :mod:`gym_llm_adapters.faults`); ``reward_failed``: episodes released whose reward could not be computed (a
+    judge, reward model or grader failure: ``Trajectory.reward_failed``), which the trainer leaves out of the loss."""
 
     batches: int = 0
     episodes: int = 0
@@ -28,6 +29,7 @@ class CollectorStats:
     restarts: int = 0
     episodes_dropped: int = 0
     episodes_orphaned: int = 0
+    reward_failed: int = 0
 
     @property
     def tokens_per_s(self) -> float:

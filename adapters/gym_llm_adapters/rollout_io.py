@@ -68,6 +68,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             value = getattr(record, f.name)
             if f.name == "steps":
                 out["steps"] = [record_to_dict(s) for s in value]
+            elif f.name == "scores":  # JSON text, as a step's info: one column type in parquet whatever the stages
+                out["scores"] = json.dumps(value, default=_json_default, sort_keys=True)
             else:
                 out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
         out["checksum"] = record_checksum(record)
@@ -93,6 +95,9 @@ def record_checksum(record: Record) -> str:
             labels = (*labels, [int(n) for n in record.turn_tokens])
         if record.shared_turns:  # (likewise: only tree rollouts carry it)
             labels = (*labels, int(record.shared_turns))
+        if record.scores:  # (likewise: only runs with reward stages carry them)
+            labels = (*labels, float(record.env_weight),
+                      [[s.get("source"), s.get("value"), s.get("weight"), s.get("error")] for s in record.scores])
     for array in arrays:
         h.update(np.ascontiguousarray(array).tobytes())
         h.update(b"|")
@@ -135,6 +140,8 @@ def _record_from_dict(data: dict[str, Any]) -> Record:
     if kind == "trajectory":
         values = {f.name: data[f.name] for f in fields(Trajectory) if f.name in data}
         values["steps"] = [_record_from_dict(dict(s)) for s in values.get("steps") or []]
+        if isinstance(values.get("scores"), str):
+            values["scores"] = json.loads(values["scores"] or "[]")
         for name in ("token_ids", "policy_mask", "logprobs"):
             values[name] = np.asarray(values[name], dtype=_ARRAYS[name])
         values["rewards"] = [float(r) for r in values["rewards"]]

@@ -113,6 +113,10 @@ class Trajectory:
             with the rest of its group (the group's branch point; ``steps[:shared_turns]`` are the same records in
             every member). Their sampled tokens are context here (``policy_mask == 0``, ``turn_tokens`` 0): GRPO's
             advantage of a shared prefix is the group's mean, 0, so no member trains on it. 0 otherwise.
+        scores: trajectory-level rewards from the collector's reward stages (:mod:`gym_llm_adapters.reward_stages`:
+            an LLM judge, a group judge, a reward model), each ``{"source", "value", "weight", "error"}``: ``source``
+            names the judge and rubric (or model), ``value`` is None when it failed and ``error`` says why.
+        env_weight: the weight of the env's own reward in :attr:`reward` (the stages' ``weight`` are theirs).
     """
 
     task_id: int
@@ -133,10 +137,38 @@ class Trajectory:
     turn_tokens: list[int] | None = None
     spec_id: str = ""
     shared_turns: int = 0
+    scores: list[dict[str, Any]] = field(default_factory=list)
+    env_weight: float = 1.0
+
+    @property
+    def env_reward(self) -> float:
+        """The env's own return: the sum of its step rewards."""
+        return float(sum(self.rewards))
 
     @property
     def reward(self) -> float:
-        return float(sum(self.rewards))
+        """The episode's return: ``env_weight * env_reward + sum(weight * value)`` over the reward stages' scores
+        (just the env's return without stages). A failed score counts 0 here; check :attr:`reward_failed`."""
+        total = self.env_weight * self.env_reward if self.scores else self.env_reward
+        return float(total + sum(s["weight"] * s["value"] for s in self.scores if s.get("value") is not None))
+
+    @property
+    def reward_error(self) -> str | None:
+        """Why the episode's reward is unknown — a step's ``info["reward_error"]`` (a judge or grader that could not
+        score) or a failed reward stage — else None."""
+        for score in self.scores:
+            if score.get("error") is not None or score.get("value") is None:
+                return f"{score.get('source')}: {score.get('error')}"
+        for step in self.steps:
+            error = step.info.get("reward_error") if step.info else None
+            if error:
+                return str(error)
+        return None
+
+    @property
+    def reward_failed(self) -> bool:
+        """The reward could not be computed (:attr:`reward_error`): the trainer leaves the episode out of the loss."""
+        return self.reward_error is not None
 
     def token_versions(self) -> np.ndarray:
         """``(S,)`` int64: the policy version that sampled each token (-1 where ``policy_mask == 0``).
@@ -176,6 +208,9 @@ class RolloutBatch:
             as off-policy). None for batches built by hand.
         truncated: ``(B,)`` bool, the episode was cut (length or turn limit) rather than finished; None for
             batches built by hand.
+        reward_failed: ``(B,)`` bool, the episode's reward could not be computed (a judge or grader failure:
+            :attr:`Trajectory.reward_failed`); its ``rewards`` entry is NaN, so nothing can train on it by accident
+            (:class:`~gym_llm_adapters.losses.MCAdvantage` drops these rows first). None for batches built by hand.
     """
 
     input_ids: np.ndarray
@@ -191,6 +226,7 @@ class RolloutBatch:
     advantages: np.ndarray | None = None
     token_versions: np.ndarray | None = None
     truncated: np.ndarray | None = None
+    reward_failed: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -219,13 +255,14 @@ class RolloutBatch:
             attention_mask=attention_mask,
             policy_mask=policy_mask,
             logprobs=logprobs,
-            rewards=np.array([t.reward for t in trajectories], dtype=np.float32),
+            rewards=np.array([np.nan if t.reward_failed else t.reward for t in trajectories], dtype=np.float32),
             group_ids=np.array([t.group_id for t in trajectories], dtype=np.int64),
             task_ids=np.array([t.task_id for t in trajectories], dtype=np.int64),
             rounds=np.array([t.round for t in trajectories], dtype=np.int64),
             versions=np.array([min(t.versions) if t.versions else -1 for t in trajectories], dtype=np.int64),
             token_versions=token_versions,
             truncated=np.array([bool(t.truncated) for t in trajectories], dtype=bool),
+            reward_failed=np.array([t.reward_failed for t in trajectories], dtype=bool),
         )
 
     def to_torch(self, device: Any = "cpu") -> dict[str, Any]:
@@ -234,7 +271,8 @@ class RolloutBatch:
 
         out: dict[str, Any] = {}
         for name in ("input_ids", "attention_mask", "policy_mask", "logprobs", "rewards", "group_ids",
-                     "task_ids", "rounds", "versions", "ref_logprobs", "advantages", "token_versions", "truncated"):
+                     "task_ids", "rounds", "versions", "ref_logprobs", "advantages", "token_versions", "truncated",
+                     "reward_failed"):
             value = getattr(self, name)
             if value is None:
                 continue

@@ -412,7 +412,10 @@ class IsolatedHook:
 def isolate_hook(fn: Any, timeout_s: float | None, *, name: str = "reward_fn") -> Any:
     """What an env calls for a user hook ``fn``: ``None`` stays ``None``; ``timeout_s=None`` keeps ``fn`` as it is
     (called in the env's thread, no deadline: the documented opt-out); a hook already under a deadline
-    (:class:`with_deadline`, :class:`IsolatedHook`) is kept; anything else becomes an :class:`IsolatedHook`."""
-    if fn is None or timeout_s is None or isinstance(fn, (with_deadline, IsolatedHook)):
+    (:class:`with_deadline`, :class:`IsolatedHook`) or one that keeps its own (``keeps_own_deadline = True``: an
+    :class:`~gym_llm.rewards.judge.LLMJudge`, whose cache and call counts must live in the env's process) is kept;
+    anything else becomes an :class:`IsolatedHook`."""
+    if fn is None or timeout_s is None or isinstance(fn, (with_deadline, IsolatedHook)) \
+            or getattr(fn, "keeps_own_deadline", False) is True:
         return fn
     return IsolatedHook(fn, timeout_s, name=name)

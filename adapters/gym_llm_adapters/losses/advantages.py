@@ -133,12 +133,17 @@ class MCAdvantage:
 
     def __init__(self, config: AdvantageConfig | None = None) -> None:
         self.config = config if config is not None else AdvantageConfig()
+        self.last_dropped_failed = 0
 
     def __repr__(self) -> str:
         return f"MCAdvantage({self.config})"
 
     def __call__(self, batch: RolloutBatch) -> RolloutBatch:
-        """A copy of ``batch`` with ``advantages`` set (and constant groups dropped if configured)."""
+        """A copy of ``batch`` with ``advantages`` set (and constant groups dropped if configured).
+
+        Rows whose reward could not be computed (``batch.reward_failed``: a judge or grader failure) are dropped
+        first: a group's mean and std are over its scored members, and the returned batch is smaller (empty when
+        nothing was scored). Their count is :attr:`last_dropped_failed`."""
         if not isinstance(batch, RolloutBatch):
             raise TypeError(f"MCAdvantage expects a RolloutBatch; got {type(batch).__name__}. "
                             "For raw arrays use group_advantages(rewards, keys).")
@@ -151,6 +156,16 @@ class MCAdvantage:
                 f"every group must hold group_size={size} episodes; found groups of {bad}. "
                 "Gather complete groups with GroupBuffer(group_size) before computing advantages."
             )
+        failed = batch.reward_failed
+        self.last_dropped_failed = int(failed.sum()) if failed is not None else 0
+        if self.last_dropped_failed:
+            logger.info("left %d of %d episodes out of the loss: their reward could not be computed",
+                        self.last_dropped_failed, len(batch))
+            batch = select_rows(batch, np.flatnonzero(~failed))
+            if len(batch) == 0:
+                return dataclasses.replace(batch, advantages=np.zeros(0, dtype=np.float32))
+            keys = group_keys(batch.group_ids, batch.rounds)
+            counts = np.bincount(keys)
         advantages = group_advantages(batch.rewards, keys, scale=self.config.scale, eps=self.config.eps)
         out = dataclasses.replace(batch, advantages=advantages)
         if self.config.drop_constant_groups:

@@ -360,7 +360,15 @@ class Trainer:
         clock.parts["rollout_generate"] = stats.generate_s - generate_s
         clock.parts["rollout_env"] = stats.env_s - env_s
         batch = self.advantage(RolloutBatch.from_trajectories(trajectories, pad_id=self._pad_id()))
-        metrics: dict[str, float] = {}
+        failed = self.advantage.last_dropped_failed  # unknown rewards (a judge's failure): out of the loss, counted
+        metrics: dict[str, float] = {"train/reward_failed": float(failed)}
+        if len(batch) == 0:
+            logger.warning("step skipped: none of the %d episodes has a reward (every one failed: %s)",
+                           len(trajectories), trajectories[0].reward_error)
+            if self._writer is not None:
+                self._writer.write(trajectories)
+                self.state.rollout_records += len(trajectories)
+            return {**metrics, "train/version": float(self.engine.version)}
         if self.reference is not None:
             kl = self.reference(batch)
             batch = dataclasses.replace(batch, ref_logprobs=kl.ref_logprobs.cpu().numpy().astype(np.float32))

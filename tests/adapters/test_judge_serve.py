@@ -1,0 +1,208 @@
+"""LLM judges and reward models against real parts: a ``vllm serve`` of the tiny model as the judge (started here on
+127.0.0.1), the collector over ``LLMChat-v0`` with the transformers engine, and a sequence-classifier reward model.
+
+The tiny model is random-init: unconstrained it answers noise (a malformed judge reply, every time), and with the
+server's structured output (``Endpoint(structured=True)``) it must answer in the score format, so both paths are real.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from gym_llm.core.messages import Message
+from gym_llm.core.tasks import Task
+from gym_llm.rewards.judge import Endpoint, GroupJudge, LLMJudge, Rubric
+from gym_llm_adapters.engines import SamplingConfig
+from gym_llm_adapters.engines.server_process import VLLMServer
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [{"prompt": "Describe the sea.", "criterion": "The reply must be under 10 words."},
+           {"prompt": "Name a colour.", "criterion": "The reply must mention red."},
+           {"prompt": "Say hello.", "criterion": "The reply must be in French."}]
+SAMPLING = SamplingConfig(max_tokens=12, temperature=1.0)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("judge-serve")
+    srv = VLLMServer(tiny_model_path, served_model_name="judge",
+                     args=["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)],
+                     env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}, log_path=folder / "server.log")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def structured(server):
+    return Endpoint(f"{server.base_url}/v1", "judge", structured=True)
+
+
+@pytest.fixture(scope="module")
+def free(server):
+    return Endpoint(f"{server.base_url}/v1", "judge")
+
+
+TASK = Task(0, (Message("user", "Describe the sea."),), data=PROMPTS[0])
+
+
+def conversation(reply):
+    return [*TASK.messages, Message("assistant", reply)]
+
+
+def chat_env(tok, reward_fn=None, num_envs=6, group_size=3):
+    return gym.make_vec("LLMChat-v0", num_envs=num_envs, group_size=group_size, vectorization_mode="vector_entry_point",
+                        prompts=PROMPTS, mode="tokens", tokenizer=tok, max_turns=1, max_seq_len=256,
+                        max_action_tokens=16, reward_fn=reward_fn)
+
+
+def test_a_score_is_parsed(structured):
+    judge = LLMJudge(structured, Rubric.criterion(None), seed=0)
+    result = judge.judge(TASK, conversation("It is wide and blue."))
+    assert result.error is None and isinstance(result.score, int) and 0 <= result.score <= 10
+    last = result.text.strip().splitlines()[-1]
+    assert last == f"SCORE: {result.score}" and result.reward == pytest.approx(result.score / 10)
+    reward, info = judge(TASK, conversation("It is wide and blue."))
+    assert reward == result.reward and info == {"reward_source": judge.source, "judge_cached": True,
+                                                "judge_score": result.score}
+
+
+def test_a_cached_repeat_makes_no_call(structured):
+    judge = LLMJudge(structured, Rubric.criterion(None), seed=0)
+    first = judge.judge(TASK, conversation("Salty water."))
+    calls, tokens = judge.client.calls, judge.client.tokens
+    again = judge.judge(TASK, conversation("Salty water."))
+    assert calls == 1 and tokens > 0 and again.cached and again.score == first.score and again.tokens == 0
+    assert judge.client.calls == calls and judge.client.tokens == tokens
+    judge.judge(TASK, conversation("Salty water!"))  # another conversation is another call
+    assert judge.client.calls == calls + 1
+
+
+def test_a_deadline_hit_is_a_failed_reward_in_time(free):
+    slow = Rubric(Rubric.criterion(None).template, max_tokens=1500)  # noise until the budget: far past the deadline
+    judge = LLMJudge(free, slow, deadline_s=0.3, max_retries=3)
+    start = time.monotonic()
+    result = judge.judge(TASK, conversation("Waves."))
+    assert result.reward is None and "deadline of 0.3 s passed" in result.error
+    assert time.monotonic() - start < 2.0
+
+
+def test_a_malformed_judge_reply_is_a_failed_reward_counted_and_left_out_of_the_loss(free, hf_engine, tiny_tok):
+    from gym_llm_adapters.collector import Collector
+    from gym_llm_adapters.losses import MCAdvantage
+    from gym_llm_adapters.types import RolloutBatch
+
+    judge = LLMJudge(free, Rubric.criterion(None))  # the tiny model unconstrained: noise, never 'SCORE: n'
+    env = chat_env(tiny_tok, reward_fn=judge)
+    with Collector(env, hf_engine, SAMPLING, episodes_per_batch=6, seed=0) as collector:
+        batch = collector.next_batch()
+        assert collector.stats.reward_failed == 6
+    env.close()
+    for t in batch:
+        error = t.steps[-1].info["reward_error"]
+        assert t.reward_failed and error.startswith("JudgeError: the judge's last line is not 'SCORE: n'")
+        assert t.steps[-1].info["reward_source"] == judge.source and t.rewards == [0.0]
+    rollout = RolloutBatch.from_trajectories(batch)
+    assert np.isnan(rollout.rewards).all()
+    assert len(MCAdvantage()(rollout)) == 0  # nothing of it reaches the loss
+
+
+def test_group_ranking_maps_back_to_the_right_episodes(structured, hf_engine, tiny_tok):
+    """The collector's group stage scores each group in one call, members shown in sub-env order; shuffling the
+    trajectories (groups finishing out of order) gives every trajectory the same score, and each equals the score
+    the judge gives that reply when the group is sent by hand."""
+    from gym_llm_adapters.collector import Collector
+    from gym_llm_adapters.reward_stages import GroupJudgeStage, conversation_of
+
+    judge = GroupJudge(structured, Rubric.group_criterion(None), seed=0)
+    stage = GroupJudgeStage(judge, weight=2.0)
+    env = chat_env(tiny_tok, num_envs=9, group_size=3)
+    tasks = env.unwrapped.parts.tasks if hasattr(env, "unwrapped") else env.parts.tasks
+    with Collector(env, hf_engine, SAMPLING, episodes_per_batch=9, seed=1, reward_stages=[stage],
+                   env_reward_weight=0.0) as collector:
+        batch = collector.next_batch()
+    env.close()
+    assert collector.stats.reward_failed == 0
+    for t in batch:
+        assert len(t.scores) == 1 and t.scores[0]["source"] == judge.source and t.scores[0]["weight"] == 2.0
+        assert t.reward == pytest.approx(2.0 * t.scores[0]["value"])
+    recorded = {id(t): t.scores[0]["value"] for t in batch}
+    by_hand: dict[int, float] = {}
+    groups: dict[int, list] = {}
+    for t in batch:
+        groups.setdefault(t.group_id, []).append(t)
+    assert len(groups) == 3
+    for members in groups.values():
+        members.sort(key=lambda t: t.env_index)
+        task = tasks[members[0].task_id]
+        before = conversation_of(members[0], task)[:-1]
+        results = judge.judge_group(task, before, [m.steps[-1].completion_text for m in members])
+        for m, r in zip(members, results):
+            by_hand[id(m)] = r.reward
+    assert by_hand == recorded
+    calls = judge.client.calls
+    shuffled = list(batch)
+    random.Random(0).shuffle(shuffled)
+    scores = stage.score(shuffled, [tasks[t.task_id] for t in shuffled])
+    assert {id(t): s.value for t, s in zip(shuffled, scores)} == recorded
+    assert judge.client.calls == calls  # the same groups again: cached
+
+
+def test_a_reward_models_scores_equal_the_classifier_run_by_hand(tiny_model_path, tiny_tok, tmp_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from gym_llm_adapters.reward_stages import RewardModelStage, conversation_of
+    from gym_llm_adapters.types import StepRecord, Trajectory
+
+    config = AutoConfig.from_pretrained(tiny_model_path, num_labels=1)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.config.pad_token_id = tiny_tok.pad_token_id
+    model.save_pretrained(tmp_path / "rm")
+    tiny_tok.save_pretrained(tmp_path / "rm")
+    stage = RewardModelStage(tmp_path / "rm", batch_size=3, weight=0.5)
+    replies = ["Blue.", "The sea is wide, deep and salty, and it covers most of the planet.", "", "Waves " * 20,
+               "Red!", "Bonjour"]
+    trajectories = [Trajectory(0, 0, 0, np.zeros(3, np.int64), np.zeros(3, np.int8), np.zeros(3, np.float32), 1, [0.0],
+                               [0], True, False, steps=[StepRecord(i, 0, 0, 0, 1, np.zeros(1), np.zeros(1),
+                                                                   np.zeros(1, np.float32), 0.0, True, False, 0,
+                                                                   completion_text=r)])
+                    for i, r in enumerate(replies)]
+    scores = stage.score(trajectories, [TASK] * len(replies))
+    tok = AutoTokenizer.from_pretrained(tmp_path / "rm")
+    by_hand = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm").eval()
+    for t, s in zip(trajectories, scores):  # one text at a time, unpadded
+        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in conversation_of(t, TASK)],
+                                       tokenize=False)
+        with torch.no_grad():
+            logit = by_hand(**tok(text, return_tensors="pt")).logits[0, 0].item()
+        assert s.error is None and s.value == pytest.approx(logit, abs=1e-5)
+    assert len({round(s.value, 6) for s in scores}) == len(replies)  # the texts are told apart
+
+
+def test_bad_judges_are_refused_when_made(server, free, hf_engine, tiny_tok):
+    from gym_llm_adapters.collector import Collector
+    from gym_llm_adapters.reward_stages import JudgeStage
+
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="does not serve model 'qwen'.*serves \\['judge'\\]"):
+        LLMJudge(Endpoint(f"{server.base_url}/v1", "qwen"), Rubric.criterion("x"))
+    with pytest.raises(ConnectionError, match="HTTP 404.*usually ends in /v1"):
+        LLMJudge(Endpoint(server.base_url, "judge"), Rubric.criterion("x"))
+    assert time.monotonic() - start < 5
+    env = gym.make_vec("LLMChat-v0", num_envs=2, group_size=2, vectorization_mode="vector_entry_point", mode="tokens",
+                       tokenizer=tiny_tok, max_seq_len=256, max_action_tokens=16)  # the built-in prompts: no criterion
+    with pytest.raises(ValueError, match="cannot judge LLMChat-v0's tasks.*criterion"):
+        Collector(env, hf_engine, SAMPLING, episodes_per_batch=2, reward_stages=[JudgeStage(LLMJudge(
+            free, Rubric.criterion(None)))])
+    with pytest.raises(ValueError, match="episodes_per_batch"):
+        Collector(env, hf_engine, SAMPLING, steps_per_batch=2, reward_stages=[JudgeStage(LLMJudge(
+            free, Rubric.criterion("x")))])
+    env.close()
