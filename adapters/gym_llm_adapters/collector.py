@@ -53,7 +53,7 @@ from gym_llm_adapters.engines.validate import check_completions
 from gym_llm_adapters.env_spec import register_spec, spec_of_env
 from gym_llm_adapters.episodes import EpisodeBuilder, GroupBuffer, info_at
 from gym_llm_adapters.faults import CollectorBrokenError, HeldBatch, RestartBudget
-from gym_llm_adapters.reward_stages import apply_stages
+from gym_llm_adapters.reward_stages import apply_stages, check_stage_tasks
 from gym_llm_adapters.rollout_io import RolloutWriter
 from gym_llm_adapters.types import Completion, StepRecord, Trajectory
 
@@ -452,26 +452,10 @@ class Collector:
             if not (hasattr(stage, "score") and hasattr(stage, "source") and hasattr(stage, "weight")):
                 raise TypeError(f"A reward stage needs .score(trajectories, tasks), .source and .weight; got "
                                 f"{type(stage).__name__} (see gym_llm_adapters.reward_stages).")
-        from gym_llm.core.messages import Message
-        from gym_llm.rewards.judge import JudgeError
-
         for shard in self._shards:
             tasks = self._shard_tasks(shard)
-            if not len(tasks):
-                continue
-            task = tasks[0]
             for stage in self.reward_stages:
-                judge = getattr(stage, "judge", None)
-                if judge is None:
-                    continue
-                try:
-                    if hasattr(judge, "judge_group"):
-                        judge.prompt(task, list(task.messages), ["probe"])
-                    else:
-                        judge.prompt(task, [*task.messages, Message("assistant", "probe")])
-                except JudgeError as e:
-                    raise ValueError(f"The reward stage {stage.source} cannot judge {shard.env_id}'s tasks: {e}. "
-                                     "Give the tasks the fields the rubric names, or change the rubric.") from None
+                check_stage_tasks(stage, tasks, shard.env_id)
 
     # ------------------------------------------------------------------------------- steps
     def _advance(self, shard: _Shard) -> None:

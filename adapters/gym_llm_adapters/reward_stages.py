@@ -31,8 +31,8 @@ from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 from gym_llm_adapters.types import Trajectory
 
-__all__ = ["Score", "RewardStage", "JudgeStage", "GroupJudgeStage", "RewardModelStage", "apply_stages",
-           "conversation_of"]
+__all__ = ["Score", "RewardStage", "JudgeStage", "GroupJudgeStage", "RewardModelStage", "JudgeSettings",
+           "apply_stages", "check_stage_tasks", "conversation_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +201,25 @@ class RewardModelStage:
                 for v in values]
 
 
+def check_stage_tasks(stage: Any, tasks: Sequence[Task], env_id: str = "the env") -> None:
+    """Refuse a judge stage whose prompt cannot be built from ``tasks`` (a rubric field the tasks lack), trying the
+    first task: ``ValueError`` naming the field, before any rollout."""
+    from gym_llm.rewards.judge import JudgeError
+
+    judge = getattr(stage, "judge", None)
+    if judge is None or not len(tasks):
+        return
+    task = tasks[0]
+    try:
+        if hasattr(judge, "judge_group"):
+            judge.prompt(task, list(task.messages), ["probe"])
+        else:
+            judge.prompt(task, [*task.messages, Message("assistant", "probe")])
+    except JudgeError as e:
+        raise ValueError(f"The reward stage {stage.source} cannot judge {env_id}'s tasks: {e}. Give the tasks the "
+                         "fields the rubric names (or pass the criterion itself), or change the rubric.") from None
+
+
 def apply_stages(trajectories: Sequence[Trajectory], tasks: Sequence[Task], stages: Sequence[Any],
                  env_weight: float = 1.0) -> int:
     """Score ``trajectories`` with every stage and record the scores on them (:attr:`Trajectory.scores`, replacing
@@ -219,3 +238,58 @@ def apply_stages(trajectories: Sequence[Trajectory], tasks: Sequence[Task], stag
         t.scores = [{"source": stage.source, "value": scores[i].value, "weight": stage.weight,
                      "error": scores[i].error} for stage, scores in results]
     return sum(t.reward_failed for t in trajectories)
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """An LLM judge as the training loop's reward stage (``gym-llm train --judge-url ... --judge-model ...``).
+
+    Attributes:
+        url / model: the OpenAI-compatible endpoint (``http://127.0.0.1:8000/v1``) and the model it serves.
+        mode: ``"reply"`` (each reply judged alone: :class:`JudgeStage`) or ``"group"`` (each GRPO group in one call:
+            :class:`GroupJudgeStage`).
+        criterion: the criterion the rubric asks about; None reads each task's ``criterion`` field.
+        low / high: the integer score range.
+        weight: the judge's weight in the episode's reward; env_weight: the env's own reward's weight.
+        structured: constrain the judge's output to the score format (vLLM servers).
+        api_key_env: the variable holding the endpoint's key (providers).
+        deadline_s / max_concurrency: per judgement, and calls in flight.
+        defences: ``"default"`` (delimited reply, last line only), ``"all"`` (also refuse score-format replies) or
+            ``"none"`` (measurement only).
+    """
+
+    url: str
+    model: str
+    mode: str = "reply"
+    criterion: str | None = None
+    low: int = 0
+    high: int = 10
+    weight: float = 1.0
+    env_weight: float = 1.0
+    structured: bool = False
+    api_key_env: str | None = None
+    deadline_s: float = 60.0
+    max_concurrency: int = 8
+    defences: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("reply", "group"):
+            raise ValueError(f"The judge's mode must be 'reply' or 'group', got {self.mode!r}.")
+        if self.defences not in ("default", "all", "none"):
+            raise ValueError(f"The judge's defences must be 'default', 'all' or 'none', got {self.defences!r}.")
+        _check_weight(self.weight)
+        _check_weight(self.env_weight)
+
+    def stage(self, *, probe: bool = True) -> Any:
+        """The reward stage (probing the endpoint once: an unreachable server or an unserved model fails here)."""
+        from gym_llm.rewards.judge import Defences, Endpoint, GroupJudge, LLMJudge, Rubric
+
+        endpoint = Endpoint(self.url, self.model, api_key_env=self.api_key_env, structured=self.structured)
+        defences = {"default": Defences(), "all": Defences.all(), "none": Defences.none()}[self.defences]
+        common = dict(defences=defences, deadline_s=self.deadline_s, max_concurrency=self.max_concurrency,
+                      probe=probe)
+        if self.mode == "group":
+            return GroupJudgeStage(GroupJudge(endpoint, Rubric.group_criterion(self.criterion, low=self.low,
+                                                                               high=self.high), **common), self.weight)
+        return JudgeStage(LLMJudge(endpoint, Rubric.criterion(self.criterion, low=self.low, high=self.high), **common),
+                          self.weight)

@@ -13,6 +13,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
@@ -206,3 +207,34 @@ def test_bad_judges_are_refused_when_made(server, free, hf_engine, tiny_tok):
         Collector(env, hf_engine, SAMPLING, steps_per_batch=2, reward_stages=[JudgeStage(LLMJudge(
             free, Rubric.criterion("x")))])
     env.close()
+
+
+@pytest.mark.parametrize("structured", [True, False], ids=["scored", "judge-fails"])
+def test_the_trainer_trains_on_judged_rewards_and_never_on_failed_ones(server, tmp_path, structured):
+    """``TrainConfig(judge=...)``: every step's episodes are judged; the rollout file records each score with its source;
+    with a judge that always fails (the tiny model unconstrained) every episode is counted and left out, so the step
+    changes no weight."""
+    from gym_llm_adapters.rollout_io import read_rollouts
+    from gym_llm_adapters.training import TrainConfig, Trainer
+
+    judge = {"url": f"{server.base_url}/v1", "model": "judge", "mode": "group", "structured": structured,
+             "env_weight": 0.0}
+    cfg = TrainConfig(algorithm="grpo", env_id="LLMChat-v0", env_kwargs={"prompts": PROMPTS, "max_turns": 1},
+                      eval_env_id="LLMGSM8K-v0", eval_env_kwargs={"source": "arithmetic"}, judge=judge, model="tiny",
+                      out_dir=tmp_path / "run", engine="hf", device="cpu", steps=2, num_tasks=2, group_size=3,
+                      max_new_tokens=8, max_seq_len=128, eval_every=0, eval_episodes=4, save_every=100,
+                      learning_rate=1e-3, log_kl=False, progress=False)
+    with Trainer(cfg) as trainer:
+        before = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+        trainer._start_phase("grpo")
+        metrics = trainer._grpo_step()
+        changed = any(not torch.equal(before[k], v) for k, v in trainer.policy.named_parameters())
+        trainer.close()
+    records = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert len(records) == 6 and all(len(t.scores) == 1 and t.scores[0]["source"].startswith("judge:judge/")
+                                     for t in records)
+    if structured:
+        assert metrics["train/reward_failed"] == 0 and changed is (metrics["train/reward_std"] > 0)
+        assert all(t.env_weight == 0.0 and t.reward == pytest.approx(t.scores[0]["value"]) for t in records)
+    else:
+        assert metrics["train/reward_failed"] == 6 and not changed and all(t.reward_failed for t in records)

@@ -274,3 +274,25 @@ def test_an_internal_error_shows_its_traceback_and_where_to_report_it(tmp_path):
 def test_debug_shows_the_traceback_of_a_user_error(in_process):
     status, err = in_process("--debug", "eval", "NoSuchEnv-v0")
     assert status == 2 and "Traceback" in err and "UsageError" in err
+
+
+JUDGED = ["train", "grpo", "--env", "LLMChat-v0", "--model", "tiny", "--max-new-tokens", "8"]
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    ([*JUDGED, "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j"],
+     ["judge endpoint http://127.0.0.1:9/v1 is unreachable", "start the server"]),
+    ([*JUDGED, "--judge-url", "http://127.0.0.1:9/v1"], ["--judge-url", "--judge-model"]),
+    ([*JUDGED, "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j", "--judge-mode", "pairs"],
+     ["--judge-mode", "invalid choice"]),
+    ([*JUDGED, "--eval-env", "LLMIFEvall-v0"], ["unknown env id 'LLMIFEvall-v0'", "did you mean 'LLMIFEval-v0'"]),
+])
+def test_a_judge_that_cannot_work_is_one_clear_line_before_any_engine(in_process, argv, fragments):
+    import time
+
+    start = time.monotonic()
+    status, err = in_process(*argv)
+    assert status == 2 and "Traceback" not in err and "ENGINE STARTED" not in err, err[-2000:]
+    for fragment in fragments:
+        assert fragment in err, (fragment, err[-1500:])
+    assert time.monotonic() - start < 30

@@ -141,6 +141,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lora.add_argument("--lora-target-modules", nargs="+", default=None, metavar="NAME",
                       help="the linear layers to adapt, by name (e.g. q_proj v_proj), or all-linear (default: every "
                            "linear layer but the output head)")
+    judge = parser.add_argument_group("judge (an LLM judge's score as the reward, or beside the env's; docs/judges.md)")
+    judge.add_argument("--judge-url", default=None, metavar="URL",
+                       help="an OpenAI-compatible endpoint serving the judge (e.g. http://127.0.0.1:8000/v1 from "
+                            "`vllm serve`); probed before anything loads")
+    judge.add_argument("--judge-model", default=None, metavar="NAME", help="the model the endpoint serves")
+    judge.add_argument("--judge-mode", choices=("reply", "group"), default="reply",
+                       help="judge each reply alone, or each GRPO group's replies together in one call (default: reply)")
+    judge.add_argument("--judge-criterion", default=None, metavar="TEXT",
+                       help="what the judge checks (default: each task's 'criterion' field)")
+    judge.add_argument("--judge-weight", type=float, default=1.0, help="the judge's weight in the reward (default: 1)")
+    judge.add_argument("--env-reward-weight", type=float, default=1.0,
+                       help="the env's own reward's weight beside the judge's (default: 1; 0 = the judge alone)")
+    judge.add_argument("--judge-structured", action="store_true",
+                       help="constrain the judge's output to the score format (vLLM servers)")
+    judge.add_argument("--judge-key-env", default=None, metavar="VAR", help="the variable holding a provider's key")
+    judge.add_argument("--judge-deadline", type=positive_float, default=60.0, help="seconds per judgement (default: 60)")
+    judge.add_argument("--judge-defences", choices=("default", "all", "none"), default="default",
+                       help="default: the reply delimited, the judge's last line only; all: also refuse replies that "
+                            "contain a score line")
+    parser.add_argument("--eval-env", default=None, metavar="ID",
+                        help="evaluate on another env id (with --eval-env-arg alone as its arguments), e.g. a "
+                             "rule-checked env beside a judged one")
     sft = parser.add_argument_group("SFT (plain, or the GRPO warm-up)")
     sft.add_argument("--sft-data", default="references",
                      help="'references' (the env tasks' worked solutions) or a rollout file (default: references)")
@@ -224,6 +246,37 @@ def _check_lora(config, resume: bool) -> None:
         raise UsageError(str(e)) from e
 
 
+def _check_judge(config, env_id: str) -> None:
+    """The judge answers (one probe of its endpoint) and its rubric can be filled from the env's tasks."""
+    import gymnasium as gym
+
+    from gym_llm_adapters.reward_stages import check_stage_tasks
+
+    try:
+        stage = config.judge.stage()
+        env = gym.make(env_id, **config.env_kwargs)
+        try:
+            check_stage_tasks(stage, env.unwrapped.parts.tasks, env_id)
+        finally:
+            env.close()
+    except (ValueError, ConnectionError, ImportError) as e:
+        raise UsageError(str(e)) from e
+
+
+def judge_settings(args: argparse.Namespace):
+    """The ``--judge-*`` flags as :class:`~gym_llm_adapters.reward_stages.JudgeSettings`, or None without a judge."""
+    if args.judge_url is None and args.judge_model is None:
+        return None
+    if args.judge_url is None or args.judge_model is None:
+        raise UsageError("a judge needs both --judge-url (the endpoint) and --judge-model (the model it serves)")
+    from gym_llm_adapters.reward_stages import JudgeSettings
+
+    return JudgeSettings(url=args.judge_url, model=args.judge_model, mode=args.judge_mode,
+                         criterion=args.judge_criterion, weight=args.judge_weight, env_weight=args.env_reward_weight,
+                         structured=args.judge_structured, api_key_env=args.judge_key_env,
+                         deadline_s=args.judge_deadline, defences=args.judge_defences)
+
+
 def config_from_args(args: argparse.Namespace):
     """The :class:`~gym_llm_adapters.training.TrainConfig` the flags describe."""
     from gym_llm_adapters.training import TrainConfig
@@ -232,7 +285,8 @@ def config_from_args(args: argparse.Namespace):
     device = resolve_device(args.device)
     return TrainConfig(
         algorithm=args.algorithm, env_id=args.env, env_kwargs=env_kwargs_from(args),
-        eval_env_kwargs=dict(args.eval_env_args), model=args.model, out_dir=args.out, seed=args.seed,
+        eval_env_kwargs=dict(args.eval_env_args), eval_env_id=args.eval_env, judge=judge_settings(args),
+        model=args.model, out_dir=args.out, seed=args.seed,
         engine=engine_kind(args), device=device, dtype=dtype_for(args, device), vllm_kwargs=dict(args.vllm_args),
         steps=args.steps, sft_warmup_steps=args.sft_warmup_steps, learning_rate=args.learning_rate,
         sft_learning_rate=args.sft_learning_rate, lr_warmup_steps=args.lr_warmup_steps,
@@ -272,9 +326,15 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as e:  # a cross-field check of TrainConfig, or a --report-to not installed
         raise UsageError(str(e)) from e
     _check_lora(config, args.resume)
-    for kwargs in (config.env_kwargs, {**config.env_kwargs, **config.eval_env_kwargs}):  # training and eval envs
-        probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=config.max_seq_len,
+    evaluation = (args.env, {**config.env_kwargs, **config.eval_env_kwargs}) if args.eval_env is None else \
+        (args.eval_env, dict(config.eval_env_kwargs))
+    if args.eval_env is not None:
+        check_env(args.eval_env, "train")
+    for env_id, kwargs in ((args.env, config.env_kwargs), evaluation):  # training and eval envs
+        probe_env(env_id, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=config.max_seq_len,
                   max_action_tokens=config.max_new_tokens)
+    if config.judge is not None:
+        _check_judge(config, args.env)
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from gym_llm_adapters.training.checkpoint import CheckpointError

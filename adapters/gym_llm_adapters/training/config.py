@@ -32,6 +32,8 @@ class TrainConfig:
         env_kwargs: passed to ``gym.make_vec`` for training (``data_files``, ``source``, ...). The loop sets
             ``mode="tokens"``, the tokenizer, ``max_seq_len`` and ``max_action_tokens`` itself.
         eval_env_kwargs: overrides of ``env_kwargs`` for evaluation (e.g. a test split); default: the same.
+        eval_env_id: evaluate on another env id (e.g. train ``LLMChat-v0`` with a judge, evaluate ``LLMIFEval-v0``'s
+            rule-checked pass rate); its kwargs are then ``eval_env_kwargs`` alone. None: ``env_id``.
         model: a checkpoint folder, hub id, or an embedded name (``tiny``, ``smollm2``; see
             :mod:`gym_llm_adapters.models.resolve`).
         out_dir: where checkpoints, ``metrics.jsonl``, ``rollouts.jsonl`` and the plots go.
@@ -105,6 +107,12 @@ class TrainConfig:
         lora_target_modules: ``"all-linear"`` (default: every linear layer but the output head) or the names of the
             linear layers to adapt (``("q_proj", "v_proj")``, matched by name suffix as PEFT does).
 
+    Judge (docs/judges.md):
+        judge: an LLM judge as a reward stage (:class:`~gym_llm_adapters.reward_stages.JudgeSettings`, or a dict of
+            its fields): every batch's episodes are judged (per reply, or per GRPO group) and its score joins the
+            env's reward by the declared weights; an episode whose judgement failed is left out of the loss and
+            counted (``train/reward_failed``). None: the env's reward alone.
+
     SFT:
         sft_data: ``"references"`` (the env tasks' worked solutions, e.g. GSM8K's ``answer`` field) or a
             rollout file (``.jsonl``/``.parquet``) written by ``gym-llm eval``/``train``.
@@ -133,6 +141,8 @@ class TrainConfig:
     out_dir: Path
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_id: str | None = None
+    judge: Any = None
     seed: int = 0
     engine: EngineKind = "vllm"
     device: str = "auto"
@@ -240,6 +250,16 @@ class TrainConfig:
                                  "LoRA adapter, or drop them for a full fine-tune.")
         else:
             object.__setattr__(self, "lora_target_modules", self.lora.target_modules)  # checked, lists as tuples
+        if isinstance(self.judge, dict):
+            from gym_llm_adapters.reward_stages import JudgeSettings
+
+            unknown = sorted(set(self.judge) - {f.name for f in dataclasses.fields(JudgeSettings)})
+            if unknown:
+                raise ValueError(f"judge has unknown settings {unknown}; it takes "
+                                 f"{[f.name for f in dataclasses.fields(JudgeSettings)]}.")
+            object.__setattr__(self, "judge", JudgeSettings(**self.judge))
+        if self.judge is not None and self.algorithm != "grpo":
+            raise ValueError("A judge scores RL episodes: it is a GRPO option (algorithm='grpo').")
         reserved = {"mode", "tokenizer", "max_seq_len", "max_action_tokens", "num_envs", "group_size"}
         clash = reserved & (set(self.env_kwargs) | set(self.eval_env_kwargs))
         if clash:

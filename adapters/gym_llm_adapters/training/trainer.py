@@ -225,7 +225,9 @@ class Trainer:
 
         cfg = self.config
         sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.eval_temperature, top_p=cfg.top_p)
-        return Evaluator(cfg.env_id, {**cfg.env_kwargs, **cfg.eval_env_kwargs}, self.engine,
+        env_id, kwargs = (cfg.env_id, {**cfg.env_kwargs, **cfg.eval_env_kwargs}) if cfg.eval_env_id is None else \
+            (cfg.eval_env_id, dict(cfg.eval_env_kwargs))
+        return Evaluator(env_id, kwargs, self.engine,
                          episodes=cfg.eval_episodes, sampling=sampling, seed=cfg.seed + 10_007,
                          max_seq_len=cfg.max_seq_len, max_new_tokens=cfg.max_new_tokens)
 
@@ -288,8 +290,10 @@ class Trainer:
                                  max_seq_len=cfg.max_seq_len, max_action_tokens=cfg.max_new_tokens, **kwargs)
         sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
         # Re-seeded per resumed step: a resumed run does not replay the interrupted one's env state.
+        stages = [cfg.judge.stage()] if cfg.judge is not None else []
         self.collector = Collector(self.envs, self.engine, sampling, episodes_per_batch=cfg.num_tasks * cfg.group_size,
-                                   seed=cfg.seed + 1_000_003 * self.state.step, branch_turn=cfg.branch_turn)
+                                   seed=cfg.seed + 1_000_003 * self.state.step, branch_turn=cfg.branch_turn,
+                                   reward_stages=stages, env_reward_weight=cfg.judge.env_weight if stages else 1.0)
         self.advantage = MCAdvantage(AdvantageConfig(scale=cfg.advantage_scale, group_size=cfg.group_size))
         self.loss_fn = GRPOLoss(GRPOLossConfig(
             beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, aggregation=cfg.aggregation,
