@@ -413,7 +413,9 @@ class Collector:
         if self.mode == "episodes":
             batch = self._groups.pop(self.batch_size)
             if self.reward_stages:
+                start = time.perf_counter()
                 apply_stages(batch, [self._task_of(t) for t in batch], self.reward_stages, self.env_reward_weight)
+                self.stats.reward_stage_s += time.perf_counter() - start
             self.stats.reward_failed += sum(t.reward_failed for t in batch)
             return batch
         batch, self._steps = self._steps[: self.batch_size], self._steps[self.batch_size:]

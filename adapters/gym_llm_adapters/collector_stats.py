@@ -15,7 +15,8 @@ class CollectorStats:
     ``restarts``: env shards (local) or env workers (Ray) restarted after a failure; ``episodes_dropped``: in-flight
     episodes they lost; ``episodes_orphaned``: finished episodes dropped because the rest of their group was lost
     (see :mod:`gym_llm_adapters.faults`); ``reward_failed``: episodes released whose reward could not be computed (a
-    judge, reward model or grader failure: ``Trajectory.reward_failed``), which the trainer leaves out of the loss."""
+    judge, reward model or grader failure: ``Trajectory.reward_failed``), which the trainer leaves out of the loss;
+    ``reward_stage_s``: time spent in reward stages (judges, reward models)."""
 
     batches: int = 0
     episodes: int = 0
@@ -30,6 +31,7 @@ class CollectorStats:
     episodes_dropped: int = 0
     episodes_orphaned: int = 0
     reward_failed: int = 0
+    reward_stage_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:

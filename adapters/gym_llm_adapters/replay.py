@@ -110,6 +110,7 @@ def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[st
     envs: dict[str, _ReplayEnv] = {}
     loaded_tokenizers: dict[str, Any] = {}
     results: list[EpisodeReplay] = []
+    unchecked: dict[str, int] = {}
     try:
         with contextlib.closing(_read_episodes(path, format, specs)) as episodes:
             for episode in episodes:
@@ -120,6 +121,8 @@ def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[st
                     envs[spec.spec_id] = _ReplayEnv(spec, dict(env_kwargs or {}), tokenizer, loaded_tokenizers,
                                                     trusted=trust_file, path=path)
                 result = _replay_episode(episode, envs.get(spec.spec_id) if spec is not None else None)
+                for score in (episode.trajectory.scores if episode.trajectory is not None else ()):
+                    unchecked[score["source"]] = unchecked.get(score["source"], 0) + 1
                 results.append(result)
                 if on_episode is not None:
                     on_episode(result)
@@ -135,7 +138,7 @@ def replay(path: str | Path, *, limit: int | None = None, env_kwargs: Mapping[st
 
     import gym_llm
 
-    return ReplayReport(str(path), tuple(results),
+    return ReplayReport(str(path), tuple(results), unchecked_scores=unchecked,
                         installed={"gym_llm": gym_llm.__version__, "gymnasium": gymnasium.__version__},
                         specs={i: {"env_id": s.env_id, "gym_llm_version": s.gym_llm_version,
                                    "gymnasium_version": s.gymnasium_version, "mode": s.mode} for i, s in specs.items()})
@@ -376,7 +379,14 @@ def _replay_steps(episode: _Episode, renv: _ReplayEnv) -> tuple[Mismatch | None,
                                    scalar_difference("terminated", bool(step.terminated), bool(terminated)),
                                    scalar_difference("truncated", bool(step.truncated), bool(truncated))) if d]
         if differences:
-            return _mismatch(renv, k, differences + _info_differences(step.info, info)), k + 1
+            mismatch = _mismatch(renv, k, differences + _info_differences(step.info, info))
+            source = str(step.info.get("reward_source", ""))
+            if source.startswith("judge:") and mismatch.hint.startswith("changed scorer"):
+                mismatch = Mismatch(mismatch.step, mismatch.differences, (
+                    f"the reward is an LLM judge's ({source}): a judge's score is a model's output, which its server "
+                    "may change between runs (batching, version, sampling); replay re-asks the judge you pass as "
+                    "reward_fn, and only a judge with a cache holding these conversations answers the same"))
+            return mismatch, k + 1
         completion = Completion(prompt_ids=ids, token_ids=step.completion_ids, logprobs=step.logprobs,
                                 text=step.completion_text, finish_reason=step.finish_reason, version=step.version)
         builder.add_step(completion, reward=float(reward), terminated=bool(terminated), truncated=bool(truncated),

@@ -129,12 +129,16 @@ class ReplayReport:
         episodes: one :class:`EpisodeReplay` per episode, in file order.
         installed: the ``gym_llm`` and ``gymnasium`` versions that replayed.
         specs: spec id -> its env id and the versions that recorded it.
+        unchecked_scores: reward-stage source -> how many recorded scores it gave (``Trajectory.scores``: an LLM judge,
+            a group judge, a reward model). Not re-checked: a model's judgement is not bit-reproducible and re-running
+            it needs its endpoint or weights; the env's own rewards are re-checked as always.
     """
 
     path: str
     episodes: tuple[EpisodeReplay, ...]
     installed: dict[str, str] = field(default_factory=dict)
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unchecked_scores: dict[str, int] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         return sum(e.status == status for e in self.episodes)
@@ -153,6 +157,11 @@ class ReplayReport:
         steps = sum(e.replayed_steps for e in self.episodes)
         lines = [f"{self.path}: replayed {len(self.episodes)} episodes ({steps} steps): {self.count('exact')} exact, "
                  f"{self.count('differs')} differ, {self.count('skipped')} not replayed"]
+        if self.unchecked_scores:
+            listed = ", ".join(f"{n} from {source}" for source, n in sorted(self.unchecked_scores.items()))
+            lines.append(f"  reward-stage scores not re-checked ({listed}): a judge's or reward model's score is a "
+                         "model's output, not bit-reproducible, and re-running it needs its endpoint or weights; the "
+                         "env's own rewards were re-checked")
         bad = self.mismatches
         lines += [f"  {e}" for e in bad[:max_listed]]
         if len(bad) > max_listed:
@@ -162,7 +171,8 @@ class ReplayReport:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "exact": self.exact, "episodes": len(self.episodes),
                 "counts": {s: self.count(s) for s in ("exact", "differs", "skipped")}, "installed": self.installed,
-                "specs": self.specs, "results": [e.to_dict() for e in self.episodes]}
+                "specs": self.specs, "unchecked_scores": self.unchecked_scores,
+                "results": [e.to_dict() for e in self.episodes]}
 
 
 # ------------------------------------------------------------------------------------------------ comparisons

@@ -32,7 +32,7 @@ from gym_llm.core.tasks import Task
 from gym_llm_adapters.types import Trajectory
 
 __all__ = ["Score", "RewardStage", "JudgeStage", "GroupJudgeStage", "RewardModelStage", "JudgeSettings",
-           "apply_stages", "check_stage_tasks", "conversation_of"]
+           "apply_stages", "check_stage_tasks", "conversation_of", "judge_usage"]
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +220,12 @@ def check_stage_tasks(stage: Any, tasks: Sequence[Task], env_id: str = "the env"
                          "fields the rubric names (or pass the criterion itself), or change the rubric.") from None
 
 
+def judge_usage(stages: Sequence[Any]) -> tuple[int, int]:
+    """``(calls, tokens)`` the stages' judges have sent so far (prompt + completion tokens the servers reported)."""
+    clients = [stage.judge.client for stage in stages if hasattr(getattr(stage, "judge", None), "client")]
+    return sum(c.calls for c in clients), sum(c.tokens for c in clients)
+
+
 def apply_stages(trajectories: Sequence[Trajectory], tasks: Sequence[Task], stages: Sequence[Any],
                  env_weight: float = 1.0) -> int:
     """Score ``trajectories`` with every stage and record the scores on them (:attr:`Trajectory.scores`, replacing
@@ -256,6 +262,8 @@ class JudgeSettings:
         deadline_s / max_concurrency: per judgement, and calls in flight.
         defences: ``"default"`` (delimited reply, last line only), ``"all"`` (also refuse score-format replies) or
             ``"none"`` (measurement only).
+        score: ``"sampled"`` (the integer the judge wrote) or ``"expected"`` (its probability-weighted score; per-reply
+            mode and a range within 0..9: :class:`~gym_llm.rewards.judge.LLMJudge`).
     """
 
     url: str
@@ -271,8 +279,12 @@ class JudgeSettings:
     deadline_s: float = 60.0
     max_concurrency: int = 8
     defences: str = "default"
+    score: str = "sampled"
 
     def __post_init__(self) -> None:
+        if self.score not in ("sampled", "expected") or (self.score == "expected" and self.mode != "reply"):
+            raise ValueError(f"The judge's score must be 'sampled' or 'expected' (per-reply mode only), got "
+                             f"{self.score!r} with mode {self.mode!r}.")
         if self.mode not in ("reply", "group"):
             raise ValueError(f"The judge's mode must be 'reply' or 'group', got {self.mode!r}.")
         if self.defences not in ("default", "all", "none"):
@@ -291,5 +303,5 @@ class JudgeSettings:
         if self.mode == "group":
             return GroupJudgeStage(GroupJudge(endpoint, Rubric.group_criterion(self.criterion, low=self.low,
                                                                                high=self.high), **common), self.weight)
-        return JudgeStage(LLMJudge(endpoint, Rubric.criterion(self.criterion, low=self.low, high=self.high), **common),
-                          self.weight)
+        return JudgeStage(LLMJudge(endpoint, Rubric.criterion(self.criterion, low=self.low, high=self.high),
+                                   score=self.score, **common), self.weight)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -366,15 +367,18 @@ class _Client:
             raise ValueError(f"The judge endpoint {self.endpoint.base_url} does not serve model "
                              f"{self.endpoint.model!r}; it serves {served}. Pass one of those as model=.")
 
-    def complete(self, prompt: str, *, max_tokens: int, regex: str | None) -> tuple[str, int, bool]:
-        """``(text, tokens, cached)`` for ``prompt`` at temperature 0; raises :class:`JudgeError` past the deadline,
-        after the retries, or on a refused request."""
-        key = hashlib.sha256(json.dumps([self.endpoint.model, prompt, max_tokens, regex]).encode()).hexdigest()
+    def complete(self, prompt: str, *, max_tokens: int, regex: str | None,
+                 distribution: bool = False) -> tuple[str, int, bool, dict[str, float] | None]:
+        """``(text, tokens, cached, last)`` for ``prompt`` at temperature 0, ``last`` (with ``distribution``) the
+        judge's top log-probs at its last generated token (``{token: logprob}``, what the score's digit was drawn
+        from); raises :class:`JudgeError` past the deadline, after the retries, or on a refused request."""
+        key = hashlib.sha256(json.dumps([self.endpoint.model, prompt, max_tokens, regex, distribution]).encode()
+                             ).hexdigest()
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return hit[0], 0, True
+                return hit[0], 0, True, hit[2]
         start = time.monotonic()
         extra = {"structured_outputs": {"regex": regex}} if regex is not None and self.endpoint.structured else None
         attempt, last = 0, "no attempt"
@@ -389,10 +393,12 @@ class _Client:
                 left = self.deadline_s - (time.monotonic() - start)
                 with self._lock:
                     self.calls += 1
+                options = {"logprobs": True, "top_logprobs": 20} if distribution else {}
                 response = self._client.with_options(timeout=max(left, 1e-3)).chat.completions.create(
                     model=self.endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                    max_tokens=max_tokens, extra_body=extra)
+                    max_tokens=max_tokens, extra_body=extra, **options)
                 text = response.choices[0].message.content or ""
+                last = _last_token_logprobs(response) if distribution else None
                 usage = getattr(response, "usage", None)
                 tokens = int((usage.prompt_tokens or 0) + (usage.completion_tokens or 0)) if usage else 0
                 break
@@ -414,10 +420,39 @@ class _Client:
         with self._lock:
             self.tokens += tokens
             if self.cache_size > 0:
-                self._cache[key] = (text, tokens)
+                self._cache[key] = (text, tokens, last)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
-        return text, tokens, False
+        return text, tokens, False, last
+
+
+def _last_token_logprobs(response: Any) -> dict[str, float] | None:
+    """The top log-probs at the judge's last generated digit (the score's when the reply ends ``SCORE: n``; an
+    end-of-turn token after it is skipped), or None when the server sent none."""
+    logprobs = getattr(response.choices[0], "logprobs", None)
+    content = getattr(logprobs, "content", None) or []
+    for item in reversed(content):
+        if item.token.strip().isdigit():
+            return {t.token: float(t.logprob) for t in (item.top_logprobs or [])} or {item.token: float(item.logprob)}
+    return None
+
+
+def expected_score(top: dict[str, float] | None, low: int, high: int) -> float:
+    """``sum n p(n) / sum p(n)`` over the score digits ``low..high`` among the judge's top tokens at the score's
+    position (G-Eval's probability-weighted score); :class:`JudgeError` when none of them is there.
+
+    >>> round(expected_score({"1": math.log(0.7), "0": math.log(0.2), "S": math.log(0.1)}, 0, 1), 6)
+    0.777778
+    """
+    weights = {}
+    for token, logprob in (top or {}).items():
+        token = token.strip()
+        if token.isdigit() and low <= int(token) <= high and logprob > -1e3:
+            weights[int(token)] = weights.get(int(token), 0.0) + math.exp(logprob)
+    total = sum(weights.values())
+    if not total > 0:
+        raise JudgeError("the judge's score position has no probability on a score (no log-probs sent?)")
+    return sum(n * w for n, w in weights.items()) / total
 
 
 def _score_regex(low: int, high: int, chars: int = 100) -> str:
@@ -490,17 +525,32 @@ class LLMJudge(_JudgeBase):
         cache_size: conversations remembered (LRU); 0 turns the cache off.
         probe: check the endpoint when the judge is made (``/models``, and the model is served).
         seed: fixes the delimiter nonces (reproducible judge prompts); None draws a secret one.
+        score: ``"sampled"`` — the integer the judge wrote; ``"expected"`` — its probability-weighted score
+            ``sum n p(n) / sum p(n)`` over the score digits at the position it wrote one (G-Eval): a continuous
+            score that ranks replies even when a small judge writes the same integer for all of them (GRPO only
+            compares replies within a group). Needs single-digit scores (``0 <= low < high <= 9``) and a server that
+            sends log-probs; the written score must still parse.
     """
 
     def __init__(self, endpoint: Endpoint, rubric: Rubric, *, defences: Defences = Defences(), deadline_s: float = 60.0,
                  max_retries: int = 2, max_concurrency: int = 8, cache_size: int = 65536, probe: bool = True,
-                 seed: int | None = None):
+                 seed: int | None = None, score: str = "sampled"):
+        if score not in ("sampled", "expected"):
+            raise ValueError(f"score must be 'sampled' or 'expected', got {score!r}.")
+        if score == "expected" and not 0 <= rubric.low < rubric.high <= 9:
+            raise ValueError(f"score='expected' reads one digit's probabilities: the rubric's range must lie in 0..9, "
+                             f"got [{rubric.low}, {rubric.high}] (e.g. Rubric.criterion(..., low=0, high=1)).")
         super().__init__(endpoint, rubric, defences=defences, deadline_s=deadline_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, cache_size=cache_size, probe=probe, seed=seed)
         if rubric.group:
             raise ValueError("This rubric uses {replies} (a group rubric): use GroupJudge with it, or a per-reply "
                              "rubric with {reply} here.")
+        self.score_mode = score
         self.__name__ = "LLMJudge"
+
+    @property
+    def source(self) -> str:
+        return super().source + ("+expected" if self.score_mode == "expected" else "")
 
     def prompt(self, task: Task, messages: Sequence[Message]) -> str:
         """The text the judge is sent for the conversation's last message (the reply)."""
@@ -518,14 +568,17 @@ class LLMJudge(_JudgeBase):
             return JudgeResult(0.0, self.rubric.low, None, self.source, refused=True)
         try:
             prompt = self.prompt(task, messages)
-            text, tokens, cached = self.client.complete(prompt, max_tokens=self.rubric.max_tokens,
-                                                        regex=_score_regex(self.rubric.low, self.rubric.high))
+            expected = self.score_mode == "expected"
+            text, tokens, cached, last = self.client.complete(
+                prompt, max_tokens=self.rubric.max_tokens, regex=_score_regex(self.rubric.low, self.rubric.high),
+                distribution=expected)
             score = parse_score(text, self.rubric.low, self.rubric.high,
                                 last_line_only=self.defences.last_line_only)
+            value = expected_score(last, self.rubric.low, self.rubric.high) if expected else float(score)
         except JudgeError as e:
             return JudgeResult(None, None, f"JudgeError: {e}", self.source)
         span = self.rubric.high - self.rubric.low
-        return JudgeResult((score - self.rubric.low) / span, score, None, self.source, cached=cached, text=text,
+        return JudgeResult((value - self.rubric.low) / span, score, None, self.source, cached=cached, text=text,
                            tokens=tokens)
 
     def judge_many(self, items: Sequence[tuple[Task, Sequence[Message]]]) -> list[JudgeResult]:
@@ -586,7 +639,7 @@ class GroupJudge(_JudgeBase):
             if self.endpoint.structured:
                 numbers = "|".join(str(n) for n in range(self.rubric.low, self.rubric.high + 1))
                 regex = "\n".join(f"REPLY {k}: SCORE: ({numbers})" for k in range(1, len(replies) + 1))
-            text, tokens, cached = self.client.complete(prompt, max_tokens=max(self.rubric.max_tokens,
+            text, tokens, cached, _ = self.client.complete(prompt, max_tokens=max(self.rubric.max_tokens,
                                                                                12 * len(replies)), regex=regex)
             scores = self._parse_group(text, len(replies))
         except JudgeError as e:

@@ -231,6 +231,7 @@ def test_the_trainer_trains_on_judged_rewards_and_never_on_failed_ones(server, t
         changed = any(not torch.equal(before[k], v) for k, v in trainer.policy.named_parameters())
         trainer.close()
     records = read_rollouts(cfg.out_dir / "rollouts.jsonl")
+    assert metrics["judge/calls"] == 2 and metrics["judge/tokens"] > 0  # one call per group, two groups
     assert len(records) == 6 and all(len(t.scores) == 1 and t.scores[0]["source"].startswith("judge:judge/")
                                      for t in records)
     if structured:
@@ -238,3 +239,93 @@ def test_the_trainer_trains_on_judged_rewards_and_never_on_failed_ones(server, t
         assert all(t.env_weight == 0.0 and t.reward == pytest.approx(t.scores[0]["value"]) for t in records)
     else:
         assert metrics["train/reward_failed"] == 6 and not changed and all(t.reward_failed for t in records)
+
+
+def test_replay_rechecks_the_envs_rewards_and_says_why_it_cannot_recheck_the_judges(structured, hf_engine, tiny_tok,
+                                                                                     tmp_path):
+    from gym_llm_adapters.collector import Collector
+    from gym_llm_adapters.replay import replay
+    from gym_llm_adapters.reward_stages import JudgeStage
+    from gym_llm_adapters.rollout_io import RolloutWriter
+
+    judge = LLMJudge(structured, Rubric.criterion(None), seed=0)
+    env = chat_env(tiny_tok, num_envs=4, group_size=2)
+    with RolloutWriter(tmp_path / "r.jsonl") as writer, \
+            Collector(env, hf_engine, SAMPLING, episodes_per_batch=4, seed=2, writer=writer,
+                      reward_stages=[JudgeStage(judge)]) as collector:
+        collector.next_batch()
+    env.close()
+    report = replay(tmp_path / "r.jsonl")
+    assert report.exact and report.unchecked_scores == {judge.source: 4}
+    assert f"reward-stage scores not re-checked (4 from {judge.source})" in report.summary()
+
+
+@pytest.mark.parametrize("structured", [True, False], ids=["scored", "judge-fails"])
+def test_trls_grpo_trainer_trains_on_a_group_judge_and_never_on_its_failures(server, tiny_model_path, tmp_path,
+                                                                            structured):
+    """JudgeReward as TRL's reward function: each prompt's completions judged together, scores equal to the judge's
+    by hand; a judge that always fails gives None, which TRL leaves out (advantage 0): no weight moves."""
+    import warnings
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gym_llm_adapters.trl import env_dataset
+    from gym_llm_adapters.trl.rewards import JudgeReward, completion_text
+
+    judge = GroupJudge(Endpoint(f"{server.base_url}/v1", "judge", structured=structured), Rubric.group_criterion(None),
+                       seed=0)
+    calls = []
+
+    def reward(**kwargs):
+        out = JudgeReward(judge)(**kwargs)
+        calls.append((kwargs, out))
+        return out
+
+    reward.__name__ = "group_judge"
+    dataset = env_dataset("LLMChat-v0", prompts=PROMPTS, extra_columns=lambda task: {"criterion": task.data["criterion"]})
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=1, learning_rate=1e-2, report_to=[], use_cpu=True, bf16=False,
+                      logging_steps=1, save_strategy="no", seed=0, beta=0.0)
+    trainer = GRPOTrainer(model=str(tiny_model_path), reward_funcs=reward, train_dataset=dataset, args=args,
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_path))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    changed = any(not torch.equal(p.detach(), before[name]) for name, p in trainer.model.named_parameters())
+    kwargs, out = calls[0]
+    assert len(out) == 4 and len({str(p) for p in kwargs["prompts"]}) == 1  # one prompt's group
+    if structured:
+        prompt = kwargs["prompts"][0]
+        task = Task(0, tuple(Message(m["role"], m["content"]) for m in prompt), data={"criterion": kwargs["criterion"][0]})
+        by_hand = judge.judge_group(task, list(task.messages), [completion_text(c) for c in kwargs["completions"]])
+        assert out == [r.reward for r in by_hand] and all(v is not None for v in out)
+        assert changed is (len(set(out)) > 1)
+    else:
+        assert out == [None] * 4 and not changed
+
+
+def test_an_expected_score_is_the_judges_probability_weighted_digit(structured):
+    """score='expected': the reward is sum n p(n) / sum p(n) over the score digits at the position the judge wrote
+    one; recomputed here from the server's own log-probs of the same request."""
+    import math
+
+    import openai
+
+    from gym_llm.rewards.judge import _score_regex
+
+    rubric = Rubric.criterion(None, low=0, high=1)
+    judge = LLMJudge(structured, rubric, seed=0, score="expected")
+    result = judge.judge(TASK, conversation("Waves and salt."))
+    assert result.error is None and 0.0 <= result.reward <= 1.0 and judge.source.endswith("+expected")
+    client = openai.OpenAI(base_url=structured.base_url, api_key="EMPTY")
+    response = client.chat.completions.create(
+        model="judge", messages=[{"role": "user", "content": judge.prompt(TASK, conversation("Waves and salt."))}],
+        temperature=0.0, max_tokens=rubric.max_tokens, logprobs=True, top_logprobs=20,
+        extra_body={"structured_outputs": {"regex": _score_regex(0, 1)}})
+    digit = [c for c in response.choices[0].logprobs.content if c.token.strip().isdigit()][-1]
+    p = {t.token.strip(): math.exp(t.logprob) for t in digit.top_logprobs if t.token.strip() in ("0", "1")}
+    assert result.reward == pytest.approx(p.get("1", 0.0) / (p.get("0", 0.0) + p.get("1", 0.0)), abs=1e-6)
+    with pytest.raises(ValueError, match="range must lie in 0..9"):
+        LLMJudge(structured, Rubric.criterion(None), score="expected")

@@ -296,3 +296,13 @@ def test_a_judge_that_cannot_work_is_one_clear_line_before_any_engine(in_process
     for fragment in fragments:
         assert fragment in err, (fragment, err[-1500:])
     assert time.monotonic() - start < 30
+
+
+def test_a_config_file_may_not_send_an_environment_variable_to_its_judge(in_process, tmp_path):
+    """judge_key_env names a variable whose value goes to judge_url: a file naming both could send any secret (a cloud
+    key) to any host, so it needs --trust-file or the user's own flag."""
+    config = tmp_path / "c.toml"
+    config.write_text('env = "LLMChat-v0"\nmodel = "tiny"\njudge_url = "http://127.0.0.1:9/v1"\njudge_model = "j"\n'
+                      'judge_key_env = "AWS_SECRET_ACCESS_KEY"\n')
+    status, err = in_process("train", "grpo", "--config", str(config))
+    assert status == 2 and "judge_key_env = 'AWS_SECRET_ACCESS_KEY'" in err and "--trust-file" in err, err[-1500:]

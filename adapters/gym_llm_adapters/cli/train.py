@@ -157,6 +157,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="constrain the judge's output to the score format (vLLM servers)")
     judge.add_argument("--judge-key-env", default=None, metavar="VAR", help="the variable holding a provider's key")
     judge.add_argument("--judge-deadline", type=positive_float, default=60.0, help="seconds per judgement (default: 60)")
+    judge.add_argument("--judge-range", default="0-10", metavar="LOW-HIGH",
+                       help="the integer score range the judge answers in (default: 0-10)")
+    judge.add_argument("--judge-score", choices=("sampled", "expected"), default="sampled",
+                       help="the integer the judge wrote, or its probability-weighted score (needs a range in 0-9, "
+                            "per-reply mode)")
     judge.add_argument("--judge-defences", choices=("default", "all", "none"), default="default",
                        help="default: the reply delimited, the judge's last line only; all: also refuse replies that "
                             "contain a score line")
@@ -211,15 +216,20 @@ def _check_config_file(args: argparse.Namespace) -> None:
         return
     from dataclasses import replace
 
-    from gym_llm_adapters.trust import check_env_arguments, check_vllm_arguments, refuse
+    from gym_llm_adapters.trust import Refusal, check_env_arguments, check_vllm_arguments, refuse
 
     typed = args.typed
     refusals = []
     for dest in ("env_args", "eval_env_args", "vllm_args"):
         mine = {key for key, _ in getattr(typed, dest)}
         theirs = {key: value for key, value in from_config.get(dest, []) if key not in mine}
-        found = check_vllm_arguments(theirs) if dest == "vllm_args" else check_env_arguments(args.env, theirs)
+        env_id = args.eval_env if dest == "eval_env_args" and args.eval_env else args.env
+        found = check_vllm_arguments(theirs) if dest == "vllm_args" else check_env_arguments(env_id, theirs)
         refusals += [replace(r, argument=f"[{dest}] {r.argument}") for r in found]
+    if from_config.get("judge_key_env") is not None and typed.judge_key_env is None:
+        # the judge sends that variable's value to judge_url: a file naming both could send any secret anywhere
+        refusals.append(Refusal("judge_key_env", from_config["judge_key_env"],
+                                "a file may not name an environment variable whose value is sent to its judge_url"))
     try:
         refuse(refusals, source=f"--config {args.config}",
                opt_in="if you trust this config as you would its author's code, pass --trust-file; or give your own "
@@ -271,7 +281,13 @@ def judge_settings(args: argparse.Namespace):
         raise UsageError("a judge needs both --judge-url (the endpoint) and --judge-model (the model it serves)")
     from gym_llm_adapters.reward_stages import JudgeSettings
 
-    return JudgeSettings(url=args.judge_url, model=args.judge_model, mode=args.judge_mode,
+    try:
+        low, high = (int(x) for x in str(args.judge_range).split("-"))
+    except ValueError:
+        raise UsageError(f"--judge-range {args.judge_range!r}: expected two whole numbers LOW-HIGH, e.g. 0-10 or "
+                         "0-1") from None
+    return JudgeSettings(url=args.judge_url, model=args.judge_model, mode=args.judge_mode, low=low, high=high,
+                         score=args.judge_score,
                          criterion=args.judge_criterion, weight=args.judge_weight, env_weight=args.env_reward_weight,
                          structured=args.judge_structured, api_key_env=args.judge_key_env,
                          deadline_s=args.judge_deadline, defences=args.judge_defences)

@@ -55,6 +55,7 @@ from gym_llm_adapters.ray.engines import EngineGroup
 from gym_llm_adapters.ray.specs import (EngineCallError, EngineDiedError, EngineSpec, EngineUnavailableError,
                                         EnvSpec, EnvWorkerDiedError, require_ray)
 from gym_llm_adapters.ray.worker import EnvWorker, WorkerReport
+from gym_llm_adapters.reward_stages import apply_stages, check_stage_tasks
 from gym_llm_adapters.rollout_io import RolloutWriter
 from gym_llm_adapters.types import StepRecord, Trajectory
 
@@ -120,6 +121,8 @@ class RayCollector:
         worker_timeout_s: a poll running longer than this counts as a dead worker (None: wait forever). A
             (re)starting worker has ``start_timeout_s`` instead.
         start_timeout_s: how long actors may take to be placed and start.
+        reward_stages / env_reward_weight: as for the local collector (:mod:`gym_llm_adapters.reward_stages`): run on
+            the driver on every batch of whole groups; the tasks come from one env built on the driver from ``env``.
     """
 
     def __init__(
@@ -145,6 +148,8 @@ class RayCollector:
         max_engine_restarts: int = 1,
         worker_timeout_s: float | None = None,
         start_timeout_s: float = 600.0,
+        reward_stages: Any = (),
+        env_reward_weight: float = 1.0,
     ):
         ray = require_ray()
         self._check_args(sampling, episodes_per_batch, steps_per_batch, num_workers, steps_per_poll, max_worker_restarts)
@@ -175,6 +180,14 @@ class RayCollector:
             raise TypeError(f"engines must be an EngineGroup or an EngineSpec, got {type(engines).__name__}.")
         self.engines = engines
         self._worker_cls = ray.remote(EnvWorker).options(**dict(worker_options or {}))
+        self.reward_stages, self.env_reward_weight = list(reward_stages), float(env_reward_weight)
+        self._stage_tasks: Any = None
+        if self.reward_stages:
+            if self.mode != "episodes":
+                raise ValueError("reward_stages score whole episodes: use episodes_per_batch=, not steps_per_batch=.")
+            self._stage_tasks = self._tasks_on_driver()
+            for stage in self.reward_stages:
+                check_stage_tasks(stage, self._stage_tasks, str(self.env_spec.env))
         try:
             self.tokenizer = tokenizer if tokenizer is not None else engines.tokenizer
             self._start_workers(num_workers)
@@ -320,7 +333,29 @@ class RayCollector:
             group = self._ready.popleft()
             out.extend(group)
             self._num_ready -= len(group)
+        if self.reward_stages:
+            start = time.perf_counter()
+            apply_stages(out, [self._stage_tasks[t.task_id] for t in out], self.reward_stages, self.env_reward_weight)
+            self.stats.reward_stage_s += time.perf_counter() - start
+        self.stats.reward_failed += sum(t.reward_failed for t in out)
         return out
+
+    def _tasks_on_driver(self) -> Any:
+        """The env's tasks, from one env built here (the workers' envs are built from the same spec)."""
+        spec = self.env_spec
+        if isinstance(spec.env, str):  # one group's worth of sub-envs: the tasks are the same whatever the count
+            spec = EnvSpec(spec.env, num_envs=int(spec.kwargs.get("group_size", 1)), **spec.kwargs)
+        env = spec.build()
+        try:
+            parts = getattr(env, "parts", None)
+            if parts is None and hasattr(env, "get_attr"):
+                parts = env.get_attr("parts")[0]
+            if parts is None:
+                raise ValueError(f"Reward stages read each episode's task from its env; {spec.env!r} is not a gym_llm "
+                                 "env (no .parts.tasks).")
+            return parts.tasks
+        finally:
+            env.close()
 
     def _pump(self) -> None:
         """Take one worker result (the next in turn when ``ordered``, else the first to finish) and resubmit."""

@@ -353,19 +353,26 @@ class Trainer:
         return {"sft/loss": total, "sft/tokens": float(tokens), "sft/grad_norm": grad_norm, "sft/lr": lr}
 
     def _grpo_step(self) -> dict[str, float]:
+        from gym_llm_adapters.reward_stages import judge_usage
         from gym_llm_adapters.types import RolloutBatch
 
         cfg = self.config
         clock = PhaseClock()
         stats = self.collector.stats
-        generate_s, env_s = stats.generate_s, stats.env_s
+        generate_s, env_s, judge_s = stats.generate_s, stats.env_s, stats.reward_stage_s
+        calls, judge_tokens = judge_usage(self.collector.reward_stages)
         trajectories = self.collector.next_batch()
         clock.lap("rollout")
         clock.parts["rollout_generate"] = stats.generate_s - generate_s
         clock.parts["rollout_env"] = stats.env_s - env_s
+        if self.collector.reward_stages:
+            clock.parts["rollout_judge"] = stats.reward_stage_s - judge_s
         batch = self.advantage(RolloutBatch.from_trajectories(trajectories, pad_id=self._pad_id()))
         failed = self.advantage.last_dropped_failed  # unknown rewards (a judge's failure): out of the loss, counted
         metrics: dict[str, float] = {"train/reward_failed": float(failed)}
+        if self.collector.reward_stages:
+            now_calls, now_tokens = judge_usage(self.collector.reward_stages)
+            metrics.update({"judge/calls": float(now_calls - calls), "judge/tokens": float(now_tokens - judge_tokens)})
         if len(batch) == 0:
             logger.warning("step skipped: none of the %d episodes has a reward (every one failed: %s)",
                            len(trajectories), trajectories[0].reward_error)

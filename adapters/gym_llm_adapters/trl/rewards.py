@@ -13,6 +13,9 @@ names each function by its ``__name__`` in the logs (``rewards/<name>/mean``).
 * :class:`ScorerReward` — any ``scorer(completion_text, **row) -> float`` (a custom verifier);
 * :class:`EnvReward` — scores each completion by running the env itself on the row's ``task_id`` (one
   single-turn episode in text mode): exactly the env's reward, shaping hooks included, for any chat env;
+* :class:`JudgeReward` — an LLM judge (:mod:`gym_llm.rewards.judge`), per completion or per group of completions
+  of one prompt; None where the judge failed (TRL >= 1.16 gives an unscorable completion advantage 0, outside the
+  group's baseline: never a 0 that trains);
 * :func:`env_reward` — passes through the ``env_reward`` field that
   :class:`~gym_llm_adapters.trl.rollout.EnvRolloutFunc` returns (multi-turn, tools).
 
@@ -25,7 +28,7 @@ import json
 import threading
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-__all__ = ["GSM8KReward", "IFEvalReward", "ScorerReward", "EnvReward", "env_reward", "completion_text"]
+__all__ = ["GSM8KReward", "IFEvalReward", "ScorerReward", "EnvReward", "JudgeReward", "env_reward", "completion_text"]
 
 
 def completion_text(completion: Any) -> str:
@@ -199,9 +202,67 @@ class EnvReward:
         self.env.close()
 
 
-def env_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+class JudgeReward:
+    """An LLM judge as a TRL reward function: each completion's judge reward in [0, 1], or None where the judge
+    failed (TRL >= 1.16 leaves unscorable completions out of the group baseline and gives them advantage 0).
+
+    With an :class:`~gym_llm.rewards.judge.LLMJudge` each completion is judged alone (concurrently); with a
+    :class:`~gym_llm.rewards.judge.GroupJudge` the completions of one prompt in the call are judged together (TRL
+    may split a prompt's group across processes: each process then ranks its own part). The task's criterion is the
+    rubric's own or the row's ``criterion`` column (:func:`~gym_llm_adapters.trl.dataset.env_dataset` keeps the
+    record's fields).
+
+    Args:
+        judge: the judge. criterion_column: the dataset column read as the task's ``criterion``.
+    """
+
+    def __init__(self, judge: Any, *, criterion_column: str = "criterion", name: str | None = None):
+        if not hasattr(judge, "judge_group") and not hasattr(judge, "judge_many"):
+            raise TypeError(f"judge must be an LLMJudge or a GroupJudge, got {type(judge).__name__}.")
+        self.judge, self.criterion_column = judge, criterion_column
+        self.__name__ = name or ("group_judge" if hasattr(judge, "judge_group") else "judge")
+
+    def _task(self, prompt: Any, row: Mapping[str, Any]) -> Any:
+        from gym_llm.core.messages import Message
+        from gym_llm.core.tasks import Task
+
+        if isinstance(prompt, str):
+            messages = (Message("user", prompt),)
+        else:
+            messages = tuple(Message(m["role"], completion_text([m])) for m in prompt)
+        data = {k: v for k, v in row.items() if isinstance(v, (str, int, float, bool))}
+        return Task(int(row.get("task_id", 0) or 0), messages, data=data)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        from gym_llm.core.messages import Message
+
+        columns = {k: list(v) for k, v in kwargs.items() if isinstance(v, Sequence) and not isinstance(v, str)
+                   and len(v) == len(completions)}
+        rows = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
+        tasks = [self._task(p, row) for p, row in zip(prompts, rows)]
+        texts = [completion_text(c) for c in completions]
+        if hasattr(self.judge, "judge_group"):
+            groups: dict[str, list[int]] = {}
+            for i, p in enumerate(prompts):
+                groups.setdefault(json.dumps(p, sort_keys=True, default=str), []).append(i)
+            out: list[float | None] = [None] * len(completions)
+            for members in groups.values():
+                task = tasks[members[0]]
+                results = self.judge.judge_group(task, list(task.messages), [texts[i] for i in members])
+                for i, r in zip(members, results):
+                    out[i] = r.reward
+        else:
+            results = self.judge.judge_many([(t, [*t.messages, Message("assistant", x)]) for t, x in zip(tasks, texts)])
+            out = [r.reward for r in results]
+        _log(kwargs, f"{self.__name__}/failed", [float(v is None) for v in out])
+        return out
+
+
+def env_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
     """The env's episode return for each completion, as :class:`~gym_llm_adapters.trl.rollout.EnvRolloutFunc`
-    reports it in its ``env_reward`` field. Pass it as ``reward_funcs`` together with that rollout function."""
+    reports it in its ``env_reward`` field (None where the env could not score it: a judge's failure, which TRL
+    leaves out of the group's baseline with advantage 0). Pass it as ``reward_funcs`` together with that rollout
+    function."""
     if "env_reward" not in kwargs:
         raise ValueError(
             "env_reward reads the 'env_reward' field that EnvRolloutFunc returns; pass "
@@ -210,4 +271,4 @@ def env_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     values = list(kwargs["env_reward"])
     if len(values) != len(completions):
         raise ValueError(f"env_reward: {len(values)} rewards for {len(completions)} completions.")
-    return [float(v) for v in values]
+    return [None if v is None else float(v) for v in values]

@@ -25,7 +25,7 @@ What a call does:
 | ``completion_ids`` | ``token_ids[P:]``: sampled turns and the env's tokens between them (tool results, closings) |
 | ``logprobs`` | engine log-probs aligned with ``completion_ids``; 0.0 on env tokens (TRL masks them out) |
 | ``env_mask`` | ``policy_mask[P:]``: 1 on sampled tokens, 0 on env tokens |
-| ``env_reward`` | the episode's return (sum of the env's step rewards); score with :func:`~gym_llm_adapters.trl.rewards.env_reward` |
+| ``env_reward`` | the episode's return (sum of the env's step rewards); None when it could not be computed (a judge's failure: ``Trajectory.reward_failed``); score with :func:`~gym_llm_adapters.trl.rewards.env_reward` |
 | ``num_turns`` | assistant turns taken |
 
 ``prompt_ids + completion_ids`` is exactly the env's final token sequence (the collector checks it).
@@ -116,7 +116,7 @@ def trl_fields(trajectories: Sequence[Trajectory]) -> dict[str, list[Any]]:
         out["completion_ids"].append(t.token_ids[P:].tolist())
         out["logprobs"].append(t.logprobs[P:].tolist())
         out["env_mask"].append(t.policy_mask[P:].astype(int).tolist())
-        out["env_reward"].append(t.reward)
+        out["env_reward"].append(None if t.reward_failed else t.reward)
         out["num_turns"].append(len(t.steps))
     return out
 
@@ -212,7 +212,8 @@ class EnvRolloutFunc:
         self.calls += 1
         self.last_trajectories = trajectories
         logger.debug("rollout %d: %d episodes, mean return %.3f", self.calls, len(trajectories),
-                     sum(t.reward for t in trajectories) / len(trajectories))
+                     sum(t.reward for t in trajectories if not t.reward_failed) / max(1, sum(
+                         not t.reward_failed for t in trajectories)))
         return trajectories
 
     def _env(self, num_envs: int, tokenizer: Any, max_tokens: int, env_options: dict[str, Any]) -> Any:

@@ -180,3 +180,34 @@ def test_a_worker_failure_is_logged_with_its_cause_not_rays_header(ray_cluster):
     assert "ray::" in str(caught.value)  # what the log showed before: Ray's header, cut at 200 characters
     text = root_cause(caught.value)
     assert text.startswith("ValueError: reward model down: xxx") and "ray::" not in text and len(text) > 300
+
+
+class ReplyWords:
+    """A reward stage defined here (the stage interface is public): the last reply's word count; it cannot score the
+    episodes of odd sub-envs."""
+
+    source, weight = "test:reply_words", 0.5
+
+    def score(self, trajectories, tasks):
+        from gym_llm_adapters.reward_stages import Score
+
+        return [Score(None, "odd sub-env") if t.env_index % 2 else Score(float(len(t.steps[-1].completion_text.split())))
+                for t in trajectories]
+
+
+def test_reward_stages_run_on_the_driver_and_failed_rewards_are_counted(ray_cluster, hf_engines, tiny_tok):
+    from gym_llm_adapters.losses import MCAdvantage
+
+    with RayCollector(chat_spec(tiny_tok), hf_engines, SAMPLING, num_workers=2, episodes_per_batch=4, seed=5,
+                      reward_stages=[ReplyWords()], env_reward_weight=2.0) as collector:
+        batch = collector.next_batch()
+        stats = collector.stats
+    for t in batch:
+        assert [s["source"] for s in t.scores] == ["test:reply_words"] and t.env_weight == 2.0
+        if t.env_index % 2:
+            assert t.reward_failed and t.scores[0]["value"] is None
+        else:
+            words = float(len(t.steps[-1].completion_text.split()))
+            assert not t.reward_failed and t.reward == pytest.approx(2.0 * sum(t.rewards) + 0.5 * words)
+    assert stats.reward_failed == sum(t.env_index % 2 for t in batch) > 0
+    assert len(MCAdvantage()(RolloutBatch.from_trajectories(batch))) == len(batch) - stats.reward_failed
