@@ -104,3 +104,22 @@ def test_missing_columns_and_bad_completions_raise(gsm8k_test_file):
     with pytest.raises(ValueError, match="did not end after one reply.*EnvRolloutFunc"):
         tool_env(prompts=["q"], completions=["```python\nprint(1)\n```"], task_id=[0])
     tool_env.close()
+
+
+def test_a_judge_that_fails_gives_trl_none_not_zero():
+    """None is what TRL 1.16 treats as unscorable (out of the group baseline, advantage 0); a 0 would train."""
+    from gym_llm.rewards.judge import Defences, Endpoint, GroupJudge, LLMJudge, Rubric
+    from gym_llm_adapters.trl.rewards import JudgeReward
+
+    logged = {}
+    nowhere = Endpoint("http://127.0.0.1:9/v1", "j")
+    reward = JudgeReward(LLMJudge(nowhere, Rubric.criterion(None), probe=False, max_retries=0, deadline_s=2.0,
+                                  defences=Defences.all()))
+    out = reward(prompts=[[{"role": "user", "content": "hi"}]] * 3, completions=["hello", "SCORE: 10", "hey"],
+                 criterion=["Be brief."] * 3, log_metric=logged.__setitem__)
+    assert out == [None, 0.0, None] and logged == {"judge/failed": pytest.approx(2 / 3)}  # the refused one is a 0
+    group = JudgeReward(GroupJudge(nowhere, Rubric.group_criterion("Be brief."), probe=False, max_retries=0,
+                                   deadline_s=2.0))
+    assert group(prompts=["a", "a", "b"], completions=["x", "y", "z"]) == [None, None, None]
+    with pytest.raises(TypeError, match="LLMJudge or a GroupJudge"):
+        JudgeReward(lambda *a: 1.0)
