@@ -126,6 +126,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "that sampled them (default), leave them out, or treat as on-policy")
     grpo.add_argument("--mask-truncated-completions", action="store_true",
                       help="leave episodes cut by the length or turn limit out of the loss")
+    grpo.add_argument("--num-iterations", type=positive_int, default=1, metavar="MU",
+                      help="optimizer passes over each batch (GRPO's mu, TRL's num_iterations); later passes' ratio is "
+                           "against the log-probs taken before the first (default: 1)")
     grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
     grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
     lora = parser.add_argument_group(
@@ -313,7 +316,7 @@ def config_from_args(args: argparse.Namespace):
         top_p=args.top_p, max_seq_len=args.max_seq_len or 2048, beta=args.beta, epsilon=args.epsilon,
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
-        mask_truncated_completions=args.mask_truncated_completions,
+        mask_truncated_completions=args.mask_truncated_completions, num_iterations=args.num_iterations,
         micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
         lora_target_modules=_target_modules(args.lora_target_modules), sft_data=args.sft_data,

@@ -81,6 +81,9 @@ class TrainConfig:
             (see :class:`~gym_llm_adapters.losses.GRPOLossConfig`).
         mask_truncated_completions: leave episodes that hit the length or turn limit out of the loss (TRL's
             option of the same name).
+        num_iterations: optimizer passes over each batch (GRPO's mu, TRL's ``num_iterations``): the policy's log-probs
+            are taken once before the first update (pi_old) and every later pass's ratio is against them, clipped by
+            ``epsilon``; the learning-rate schedule moves once per step. 1 (default): one update per batch.
         log_kl: measure ``KL(policy || reference)`` every step with a frozen copy of the policy at the start
             of RL (with LoRA: the policy with its adapter off, no copy; costs one reference forward per step).
         micro_batch_size: sequences per forward/backward (gradient accumulation); None = the whole batch.
@@ -171,6 +174,7 @@ class TrainConfig:
     importance_sampling: str = "token_truncate"
     stale_tokens: Literal["behaviour_ratio", "mask", "ignore"] = "behaviour_ratio"
     mask_truncated_completions: bool = False
+    num_iterations: int = 1
     log_kl: bool = True
     micro_batch_size: int | None = None
     activation_memory_gb: float | None = 4.0
@@ -208,7 +212,7 @@ class TrainConfig:
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}.")
         for name in ("steps", "num_tasks", "group_size", "max_new_tokens", "max_seq_len", "sft_batch_size",
-                     "eval_episodes", "save_every", "keep_checkpoints"):
+                     "eval_episodes", "save_every", "keep_checkpoints", "num_iterations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")

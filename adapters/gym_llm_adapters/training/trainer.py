@@ -391,25 +391,34 @@ class Trainer:
         counted = self.loss_fn.counted_tokens(batch, current_version=current)
         loss_total, clip_low, clip_high, stale = 0.0, 0.0, 0.0, 0.0
         log_ratio_sum, log_ratio_max = 0.0, 0.0
-        for part, weight in self._micro_batches(batch):
-            t = part.to_torch(self.device)
-            logprobs = self._logprobs(t)
-            out = self.loss_fn.from_batch(logprobs, part, num_items=max(counted, 1), current_version=current)
-            scale = 1.0 if cfg.aggregation == "token_mean" else weight
-            (out.loss * scale).backward()
-            loss_total += float(out.loss.detach()) * scale
-            clip_low += float(out.clip_low_fraction) * weight
-            clip_high += float(out.clip_high_fraction) * weight
-            stale += float(out.stale_fraction if out.stale_fraction is not None else 0.0) * weight
-            # trainer vs engine log-prob of the same sampled tokens (both for the processed distribution)
-            mask = t["policy_mask"]
-            diff = (logprobs.detach() - t["logprobs"])[mask].double()
-            log_ratio_sum += float(diff.sum())
-            log_ratio_max = max(log_ratio_max, float(diff.abs().max()) if diff.numel() else 0.0)
-        clock.lap("policy")
-        lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
-        grad_norm = self._optimizer_step()
-        clock.lap("optimizer")
+        passes = cfg.num_iterations
+        parts = list(self._micro_batches(batch))
+        olds: list[Any] = [None] * len(parts)  # pi_old: the policy's log-probs before this batch's first update
+        lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on after the last pass)
+        grad_norms = []
+        for it in range(passes):
+            for j, (part, weight) in enumerate(parts):
+                t = part.to_torch(self.device)
+                logprobs = self._logprobs(t)
+                if passes > 1 and it == 0:
+                    olds[j] = logprobs.detach()  # taken once, at the first pass: later passes' ratio is against it
+                out = self.loss_fn.from_batch(logprobs, part, old_logprobs=olds[j] if it > 0 else None,
+                                              num_items=max(counted, 1), current_version=current)
+                scale = 1.0 if cfg.aggregation == "token_mean" else weight
+                (out.loss * scale).backward()
+                loss_total += float(out.loss.detach()) * scale / passes
+                clip_low += float(out.clip_low_fraction) * weight / passes
+                clip_high += float(out.clip_high_fraction) * weight / passes
+                stale += float(out.stale_fraction if out.stale_fraction is not None else 0.0) * weight / passes
+                if it == 0:  # trainer vs engine log-prob of the same sampled tokens (both the processed distribution)
+                    mask = t["policy_mask"]
+                    diff = (logprobs.detach() - t["logprobs"])[mask].double()
+                    log_ratio_sum += float(diff.sum())
+                    log_ratio_max = max(log_ratio_max, float(diff.abs().max()) if diff.numel() else 0.0)
+            clock.lap("policy")
+            grad_norms.append(self._optimizer_step(schedule=it == passes - 1))
+            clock.lap("optimizer")
+        grad_norm = float(np.mean(grad_norms))
         version = self.sync.push()
         clock.lap("sync")
         if self._writer is not None:
@@ -467,13 +476,16 @@ class Trainer:
                                   max_tokens_per_forward=8192, share_prefix=cfg.share_prefix and sampled,
                                   **processing)
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self, schedule: bool = True) -> float:
+        """Clip, step and zero the gradients; ``schedule``: move the learning-rate schedule on (once per trainer step,
+        after its last pass over the batch)."""
         import torch
 
         params = [p for p in self.policy.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
         self.optimizer.step()
-        self.scheduler.step()
+        if schedule:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
 

@@ -168,3 +168,55 @@ def test_settings_with_a_function_or_object_still_save(tmp_path):
     assert saved["env_kwargs"]["reward_fn"] == {"python": f"{__name__}:_a_reward"}
     assert saved["env_kwargs"]["extra"]["obj"].startswith("<object object at")
     assert saved["env_kwargs"]["prompts"] == ["x"] and saved["out_dir"] == str(tmp_path)
+
+
+def _length_reward(task, messages) -> float:
+    return float(len(messages[-1].content) % 5)
+
+
+def test_several_passes_per_batch_take_the_old_log_probs_once(tmp_path):
+    """num_iterations=2 (GRPO's mu): one step is two AdamW updates on the same batch, the second's ratio against the
+    policy's log-probs from before the first (pi_old, taken once), the schedule moved once. Replayed here by hand from
+    the step's own batch, starting from the same weights."""
+    import copy
+
+    from gym_llm_adapters.losses import AdvantageConfig, GRPOLoss, GRPOLossConfig, MCAdvantage
+    from gym_llm_adapters.logprobs import token_logprobs
+    from gym_llm_adapters.types import RolloutBatch
+
+    cfg = config(tmp_path, sft_warmup_steps=0, steps=3, num_iterations=2, learning_rate=5e-3, lr_warmup_steps=0,
+                 lr_schedule="linear", log_kl=False, beta=0.0, temperature=1.0, env_id="LLMChat-v0",
+                 env_kwargs={"prompts": ["Say something.", "Name a colour."], "max_turns": 1,
+                             "reward_fn": _length_reward})
+    with Trainer(cfg) as trainer:
+        trainer._start_phase("grpo")
+        start = copy.deepcopy(trainer.policy).eval()
+        seen = []
+        real = trainer.collector.next_batch
+        trainer.collector.next_batch = lambda: seen.append(real()) or seen[-1]
+        metrics = trainer._grpo_step()
+        after = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+        lr_now = trainer.scheduler.get_last_lr()[0]
+        trainer.close()
+    assert lr_now == pytest.approx(cfg.learning_rate * 2 / 3)  # linear decay over 3 steps, moved once (not twice)
+    assert metrics["train/reward_std"] > 0  # something to learn from: the two passes move the weights
+    batch = MCAdvantage(AdvantageConfig(group_size=cfg.group_size))(RolloutBatch.from_trajectories(seen[0], pad_id=0))
+    t = batch.to_torch()
+    loss_fn = GRPOLoss(GRPOLossConfig(beta=0.0, epsilon=cfg.epsilon, aggregation=cfg.aggregation,
+                                      importance_sampling=cfg.importance_sampling, stale_tokens=cfg.stale_tokens))
+    policy = start.train()
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                  weight_decay=cfg.weight_decay)
+    old = None
+    for _ in range(2):
+        logprobs = token_logprobs(policy, t["input_ids"], t["attention_mask"], t["policy_mask"], temperature=1.0,
+                                  top_p=1.0, share_prefix=cfg.share_prefix, max_tokens_per_forward=8192)
+        out = loss_fn.from_batch(logprobs, batch, old_logprobs=old, current_version=0,
+                                 num_items=max(loss_fn.counted_tokens(batch, current_version=0), 1))
+        old = logprobs.detach() if old is None else old
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(policy.parameters()), cfg.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+    for name, value in policy.named_parameters():
+        torch.testing.assert_close(value.detach(), after[name], rtol=1e-4, atol=1e-6)
