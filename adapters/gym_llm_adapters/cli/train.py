@@ -377,6 +377,11 @@ def run(args: argparse.Namespace) -> int:
         from gym_llm_adapters.training.step_time import format_step_time
 
         print(f"a GRPO step's time (mean of this run): {format_step_time(result.step_time)}")
+    if result.throughput:
+        from gym_llm_adapters.training.throughput import format_throughput
+
+        perf = result.throughput
+        print(f"throughput (mean of this run): {format_throughput(perf, perf['peak_flops'], config.dtype)}")
     print(f"{'interrupted' if result.interrupted else 'done'} after {result.steps} steps; "
           f"checkpoint {result.checkpoint}; curves {config.out_dir / 'curves.png'}; "
           f"metrics {config.out_dir / 'metrics.jsonl'}")

@@ -77,6 +77,8 @@ class TrainResult:
         evals: ``(step, summary)`` of every evaluation of this run.
         out_dir: the run folder.
         step_time: mean seconds per GRPO step of this run by phase (:meth:`Trainer.step_time`).
+        throughput: mean ``perf/<phase>_tokens_per_s`` and ``perf/<phase>_mfu`` of this run's GRPO steps, and
+            ``peak_flops`` (:mod:`gym_llm_adapters.training.throughput`); empty without GRPO steps.
     """
 
     steps: int
@@ -85,6 +87,7 @@ class TrainResult:
     evals: list[tuple[int, EvalSummary]] = field(default_factory=list)
     out_dir: Path | None = None
     step_time: dict[str, float] = field(default_factory=dict)
+    throughput: dict[str, float] = field(default_factory=dict)
 
 
 def lr_factor(i: int, *, warmup: int, length: int, schedule: str) -> float:
@@ -172,6 +175,8 @@ class Trainer:
         self._plotted_at = -math.inf
         self._token_budget = backward_token_budget(self.policy.config, self.config.activation_memory_gb)
         self._step_times = StepTimes()  # this run's GRPO steps, by phase
+        self._perf = StepTimes()  # and their tokens/s and MFU per phase (summed, then averaged)
+        self._peak: float | None = None
 
     # ------------------------------------------------------------------------------------ setup
     def _load_policy(self, checkpoint: Path | None) -> None:
@@ -277,6 +282,13 @@ class Trainer:
 
         cfg = self.config
         self._push_if_stale()
+        if self._peak is None:  # the machine's own matmul peak in the run's dtype, for MFU (a fraction of a second)
+            from gym_llm_adapters.training.throughput import matmul_params, matmul_peak
+
+            self._peak = matmul_peak(self.device, cfg.dtype)
+            self._matmul_params = matmul_params(self.policy)
+            logger.info("measured matmul peak: %.0f GFLOP/s (%s, %s); the model multiplies %.1f M parameters per token",
+                        self._peak / 1e9, self.device, cfg.dtype, self._matmul_params / 1e6)
         if cfg.beta > 0 or cfg.log_kl:  # scored under the same sampling distribution as the policy
             model, scope = (self._reference_model(), None) if self.peft_model is None else \
                 (self.policy, self._lora_reference_scope())
@@ -360,6 +372,7 @@ class Trainer:
         clock = PhaseClock()
         stats = self.collector.stats
         generate_s, env_s, judge_s = stats.generate_s, stats.env_s, stats.reward_stage_s
+        engine_tokens = stats.prompt_tokens + stats.generated_tokens
         calls, judge_tokens = judge_usage(self.collector.reward_stages)
         trajectories = self.collector.next_batch()
         clock.lap("rollout")
@@ -426,6 +439,8 @@ class Trainer:
             self.state.rollout_records += len(trajectories)
         clock.lap("write")
         self._step_times.add(clock.parts)
+        metrics.update(self._throughput(clock.parts, self._processed_tokens(batch),
+                                        stats.prompt_tokens + stats.generated_tokens - engine_tokens))
         rewards = batch.rewards.astype(np.float64)
         metrics.update({
             "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
@@ -439,6 +454,36 @@ class Trainer:
             **{f"time/{name}_s": seconds for name, seconds in clock.parts.items()},
         })
         return metrics
+
+    def _processed_tokens(self, batch: Any) -> int:
+        """Tokens a forward over ``batch`` runs: every real token, less the prompts ``share_prefix`` runs once per group
+        instead of once per member (a row's prompt: the tokens before its first sampled one)."""
+        from gym_llm_adapters.losses.advantages import group_keys
+
+        total = int(batch.attention_mask.sum())
+        if not self.config.share_prefix:
+            return total
+        prompts = batch.policy_mask.argmax(axis=1)  # (B,) first sampled position
+        keys = group_keys(batch.group_ids, batch.rounds)
+        shared = sum(int(prompts[keys == k].min()) * (int((keys == k).sum()) - 1) for k in np.unique(keys))
+        return total - shared
+
+    def _throughput(self, parts: dict[str, float], tokens: int, engine_tokens: int) -> dict[str, float]:
+        """``perf/*`` metrics of one GRPO step: the policy's forward + backward (``num_iterations`` passes over the
+        batch's ``tokens``), the reference's forward, and the engine's prompt + generated tokens."""
+        from gym_llm_adapters.training.throughput import phase_throughput
+
+        cfg, out = self.config, {}
+        phases = [("policy", parts.get("policy", 0.0), tokens * cfg.num_iterations, 4 if self.peft_model else 6),
+                  ("generate", parts.get("rollout_generate", 0.0), engine_tokens, 2)]
+        if self.reference is not None:
+            phases.append(("reference", parts.get("reference", 0.0), tokens, 2))
+        for name, seconds, count, per_param in phases:
+            values = phase_throughput(params=self._matmul_params, peak=self._peak, seconds=seconds, tokens=count,
+                                      flops_per_param=per_param)
+            out[f"perf/{name}_tokens_per_s"], out[f"perf/{name}_mfu"] = values["tokens_per_s"], values["mfu"]
+        self._perf.add(out)
+        return out
 
     def step_time(self) -> dict[str, float]:
         """Mean seconds per GRPO step of this run, by phase: ``rollout`` (of which ``rollout_generate`` in the engine
@@ -583,7 +628,8 @@ class Trainer:
             logger.warning("stopped (Ctrl-C or request_stop) after step %d; resume with --resume (checkpoint %s)",
                            self.state.step, last_checkpoint)
         return TrainResult(steps=self.state.step, interrupted=self._stop, checkpoint=last_checkpoint,
-                           evals=list(self._evals), out_dir=self.out_dir, step_time=self.step_time())
+                           evals=list(self._evals), out_dir=self.out_dir, step_time=self.step_time(),
+                           throughput={**self._perf.means(), "peak_flops": self._peak} if self._perf.steps else {})
 
     def request_stop(self) -> None:
         """Stop after the current step (what the first Ctrl-C does)."""

@@ -200,6 +200,8 @@ def test_several_passes_per_batch_take_the_old_log_probs_once(tmp_path):
         trainer.close()
     assert lr_now == pytest.approx(cfg.learning_rate * 2 / 3)  # linear decay over 3 steps, moved once (not twice)
     assert metrics["train/reward_std"] > 0  # something to learn from: the two passes move the weights
+    assert metrics["perf/policy_tokens_per_s"] > 0 and metrics["perf/policy_mfu"] > 0  # both passes' tokens, per s
+    assert metrics["perf/generate_tokens_per_s"] > 0 and "perf/reference_mfu" not in metrics  # no reference: log_kl off
     batch = MCAdvantage(AdvantageConfig(group_size=cfg.group_size))(RolloutBatch.from_trajectories(seen[0], pad_id=0))
     t = batch.to_torch()
     loss_fn = GRPOLoss(GRPOLossConfig(beta=0.0, epsilon=cfg.epsilon, aggregation=cfg.aggregation,
