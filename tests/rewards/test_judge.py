@@ -212,3 +212,12 @@ def test_scores_survive_a_rollout_file_and_are_checksummed(tmp_path, fmt):
     assert math.isclose(back[0].reward, trajectories[0].reward)
     changed = _trajectory(0, 0, 1.0, [_score(0.6)])
     assert record_checksum(changed) != record_checksum(trajectories[0])
+
+
+def test_an_evaluation_says_how_many_episodes_it_could_not_score():
+    from gym_llm_adapters.training.evaluation import summarize
+
+    summary = summarize([_trajectory(0, 0, 1.0), _trajectory(0, 1, 0.0, error="JudgeError: no score")],
+                        pass_threshold=1.0, wall_s=1.0)
+    assert summary.reward_failed == 1 and summary.pass_rate == 0.5 and "1 not scored" in str(summary)
+    assert summary.metrics()["eval/reward_failed"] == 1.0

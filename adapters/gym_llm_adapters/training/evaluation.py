@@ -38,6 +38,8 @@ class EvalSummary:
         truncated_rate: fraction of episodes that were truncated (hit a length or turn limit).
         tokens_per_s / episodes_per_s: generation throughput over ``wall_s``.
         wall_s: seconds the evaluation took.
+        reward_failed: episodes whose reward could not be computed (``Trajectory.reward_failed``: a judge's or a
+            grader's failure); they count as not passing, and the summary says how many.
     """
 
     episodes: int
@@ -49,6 +51,7 @@ class EvalSummary:
     tokens_per_s: float
     episodes_per_s: float
     wall_s: float
+    reward_failed: int = 0
 
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
         return {prefix + k: float(v) for k, v in self.__dict__.items()}
@@ -56,7 +59,8 @@ class EvalSummary:
     def __str__(self) -> str:
         return (f"{self.episodes} episodes: mean reward {self.reward_mean:.3f} (std {self.reward_std:.3f}), "
                 f"pass rate {self.pass_rate:.1%}, {self.policy_tokens_mean:.1f} tokens/episode, "
-                f"{self.tokens_per_s:.1f} tokens/s, {self.wall_s:.1f} s")
+                f"{self.tokens_per_s:.1f} tokens/s, {self.wall_s:.1f} s"
+                + (f"; {self.reward_failed} not scored (counted as not passing)" if self.reward_failed else ""))
 
 
 def summarize(trajectories: Sequence[Trajectory], *, pass_threshold: float, wall_s: float) -> EvalSummary:
@@ -70,7 +74,8 @@ def summarize(trajectories: Sequence[Trajectory], *, pass_threshold: float, wall
         episodes=len(trajectories), reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
         pass_rate=float((rewards >= pass_threshold).mean()), policy_tokens_mean=float(tokens.mean()),
         truncated_rate=float(np.mean([t.truncated for t in trajectories])),
-        tokens_per_s=float(tokens.sum() / wall), episodes_per_s=len(trajectories) / wall, wall_s=float(wall_s))
+        tokens_per_s=float(tokens.sum() / wall), episodes_per_s=len(trajectories) / wall, wall_s=float(wall_s),
+        reward_failed=sum(t.reward_failed for t in trajectories))
 
 
 MAX_EVAL_BATCH = 256
