@@ -54,7 +54,12 @@ class RewardStage(Protocol):
 
 def conversation_of(trajectory: Trajectory, task: Task) -> list[Message]:
     """The conversation trajectory's last reply ends: the task's opening messages, then each assistant reply (the
-    step records' ``completion_text``) with the task's scripted ``follow_ups`` between them."""
+    step records' ``completion_text``) with the task's scripted ``follow_ups`` between them.
+
+    Only turns a task's record scripts are rebuilt: an env-wide ``follow_ups`` list, a user simulator, tool results or
+    an env's feedback between turns are not in it, so judge multi-turn episodes of such envs with a rubric that reads
+    ``{prompt}`` and ``{reply}`` (the built-in ones), or score them inside the env (``reward_fn=judge``), which sees the
+    whole conversation."""
     messages = list(task.messages)
     follow_ups = list(task.data.get("follow_ups") or ())
     for k, step in enumerate(trajectory.steps):

@@ -45,6 +45,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -339,6 +340,7 @@ class _Client:
         self._client = openai.OpenAI(base_url=self.endpoint.base_url, api_key=self.endpoint.api_key(),
                                      max_retries=0, timeout=self.deadline_s)
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="judge_http")
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
@@ -368,10 +370,15 @@ class _Client:
                              f"{self.endpoint.model!r}; it serves {served}. Pass one of those as model=.")
 
     def complete(self, prompt: str, *, max_tokens: int, regex: str | None,
-                 distribution: bool = False) -> tuple[str, int, bool, dict[str, float] | None]:
+                 distribution: bool = False) -> tuple[str, int, bool, tuple[str, dict[str, float]] | None]:
         """``(text, tokens, cached, last)`` for ``prompt`` at temperature 0, ``last`` (with ``distribution``) the
-        judge's top log-probs at its last generated token (``{token: logprob}``, what the score's digit was drawn
-        from); raises :class:`JudgeError` past the deadline, after the retries, or on a refused request."""
+        judge's last generated digit and its top log-probs (``(token, {token: logprob})``, what the score's digit was
+        drawn from); raises :class:`JudgeError` past the deadline, after the retries, on a refused request or on a
+        response that is not a chat completion.
+
+        The deadline bounds the whole judgement: a request runs in a worker thread and is abandoned when the time is
+        up, however slowly a server sends its body (an HTTP client's own timeout bounds each read, not the total); the
+        abandoned request keeps its concurrency slot until it ends, so the limit holds."""
         key = hashlib.sha256(json.dumps([self.endpoint.model, prompt, max_tokens, regex, distribution]).encode()
                              ).hexdigest()
         with self._lock:
@@ -381,6 +388,7 @@ class _Client:
                 return hit[0], 0, True, hit[2]
         start = time.monotonic()
         extra = {"structured_outputs": {"regex": regex}} if regex is not None and self.endpoint.structured else None
+        options = {"logprobs": True, "top_logprobs": 20} if distribution else {}
         attempt, last = 0, "no attempt"
         while True:
             left = self.deadline_s - (time.monotonic() - start)
@@ -389,19 +397,16 @@ class _Client:
             if not self._slots.acquire(timeout=left):
                 raise JudgeError(f"the judge's deadline of {self.deadline_s:g} s passed waiting for one of "
                                  f"{self.max_concurrency} concurrent calls")
+            with self._lock:
+                self.calls += 1
+            left = max(self.deadline_s - (time.monotonic() - start), 1e-3)
+            future = self._pool.submit(self._request, prompt, max_tokens, extra, options, left)
             try:
-                left = self.deadline_s - (time.monotonic() - start)
-                with self._lock:
-                    self.calls += 1
-                options = {"logprobs": True, "top_logprobs": 20} if distribution else {}
-                response = self._client.with_options(timeout=max(left, 1e-3)).chat.completions.create(
-                    model=self.endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
-                    max_tokens=max_tokens, extra_body=extra, **options)
-                text = response.choices[0].message.content or ""
-                last = _last_token_logprobs(response) if distribution else None
-                usage = getattr(response, "usage", None)
-                tokens = int((usage.prompt_tokens or 0) + (usage.completion_tokens or 0)) if usage else 0
+                response = future.result(timeout=left)
+                text, tokens, last_digit = _read_response(response, distribution)
                 break
+            except FutureTimeout:
+                last = "timed out"
             except self._openai.APITimeoutError:
                 last = "timed out"
             except self._openai.APIConnectionError as e:
@@ -410,8 +415,8 @@ class _Client:
                 last = f"HTTP {e.status_code}: {str(e.message)[:200]}"
                 if e.status_code < 500 and e.status_code not in (408, 409, 429):
                     raise JudgeError(f"the judge endpoint refused the request ({last})") from None
-            finally:
-                self._slots.release()
+            except JudgeError as e:  # a 200 that is not a chat completion (a proxy's page, no choices)
+                last = str(e)
             attempt += 1
             if attempt > self.max_retries:
                 raise JudgeError(f"the judge failed after {attempt} attempt(s): {last}")
@@ -420,21 +425,47 @@ class _Client:
         with self._lock:
             self.tokens += tokens
             if self.cache_size > 0:
-                self._cache[key] = (text, tokens, last)
+                self._cache[key] = (text, tokens, last_digit)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
-        return text, tokens, False, last
+        return text, tokens, False, last_digit
+
+    def _request(self, prompt: str, max_tokens: int, extra: Any, options: dict[str, Any], timeout: float) -> Any:
+        """One HTTP request, in a worker thread; it holds its concurrency slot until it ends."""
+        try:
+            return self._client.with_options(timeout=timeout).chat.completions.create(
+                model=self.endpoint.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
+                max_tokens=max_tokens, extra_body=extra, **options)
+        finally:
+            self._slots.release()
 
 
-def _last_token_logprobs(response: Any) -> dict[str, float] | None:
-    """The top log-probs at the judge's last generated digit (the score's when the reply ends ``SCORE: n``; an
-    end-of-turn token after it is skipped), or None when the server sent none."""
-    logprobs = getattr(response.choices[0], "logprobs", None)
-    content = getattr(logprobs, "content", None) or []
-    for item in reversed(content):
-        if item.token.strip().isdigit():
-            return {t.token: float(t.logprob) for t in (item.top_logprobs or [])} or {item.token: float(item.logprob)}
-    return None
+def _read_response(response: Any, distribution: bool) -> tuple[str, int, tuple[str, dict[str, float]] | None]:
+    """``(text, tokens, last digit)`` of a chat completion; :class:`JudgeError` for anything else."""
+    try:
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        if not isinstance(text, str):
+            raise TypeError(f"content is {type(text).__name__}")
+        usage = getattr(response, "usage", None)
+        tokens = int((usage.prompt_tokens or 0) + (usage.completion_tokens or 0)) if usage else 0
+        last = None
+        if distribution:
+            content = getattr(getattr(choice, "logprobs", None), "content", None) or []
+            for item in reversed(content):
+                if _digit(item.token) is not None:
+                    top = {t.token: float(t.logprob) for t in (item.top_logprobs or [])}
+                    last = (item.token, top or {item.token: float(item.logprob)})
+                    break
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as e:
+        raise JudgeError(f"the judge endpoint's reply is not a chat completion ({type(e).__name__}: {e})") from None
+    return text, tokens, last
+
+
+def _digit(token: str) -> int | None:
+    """The ASCII digit a token spells (surrounding blanks allowed), else None (``"²"`` is not a score)."""
+    token = token.strip()
+    return int(token) if len(token) == 1 and token in "0123456789" else None
 
 
 def expected_score(top: dict[str, float] | None, low: int, high: int) -> float:
@@ -444,11 +475,11 @@ def expected_score(top: dict[str, float] | None, low: int, high: int) -> float:
     >>> round(expected_score({"1": math.log(0.7), "0": math.log(0.2), "S": math.log(0.1)}, 0, 1), 6)
     0.777778
     """
-    weights = {}
+    weights: dict[int, float] = {}
     for token, logprob in (top or {}).items():
-        token = token.strip()
-        if token.isdigit() and low <= int(token) <= high and logprob > -1e3:
-            weights[int(token)] = weights.get(int(token), 0.0) + math.exp(logprob)
+        digit = _digit(token)
+        if digit is not None and low <= digit <= high and logprob > -1e3:
+            weights[digit] = weights.get(digit, 0.0) + math.exp(logprob)
     total = sum(weights.values())
     if not total > 0:
         raise JudgeError("the judge's score position has no probability on a score (no log-probs sent?)")
@@ -493,7 +524,9 @@ class _JudgeBase:
         return f"<{tag}>\n{reply}\n</{tag}>"
 
     def _fields(self, task: Task, before: Sequence[Message]) -> dict[str, Any]:
-        return {"prompt": task.prompt, "conversation": render_conversation(before), "reference": task.answer,
+        turns = [Message(m.role, self._block(m.content, "turn", self._nonce(m.content)))
+                 if m.role == "assistant" else m for m in before]  # the policy's earlier turns are delimited too
+        return {"prompt": task.prompt, "conversation": render_conversation(turns), "reference": task.answer,
                 "low": self.rubric.low, "high": self.rubric.high, "task": dict(task.data)}
 
     def _format(self, values: dict[str, Any]) -> str:
@@ -503,6 +536,8 @@ class _JudgeBase:
             return self.rubric.template.format(**values)
         except (KeyError, IndexError) as e:
             raise JudgeError(f"the rubric template needs {e} that the task's record does not have") from None
+        except (TypeError, AttributeError, ValueError) as e:  # {task[meta][k]} on a str meta, a bad format spec
+            raise JudgeError(f"the rubric template cannot be filled from this task ({type(e).__name__}: {e})") from None
 
     def _refused(self, reply: str) -> bool:
         return self.defences.refuse_score_format and _SCORE_LIKE.search(reply) is not None
@@ -564,7 +599,9 @@ class LLMJudge(_JudgeBase):
         if not messages:
             raise ValueError("A judge needs the conversation, ending with the reply to grade; got no messages.")
         reply = messages[-1].content
-        if self._refused(reply):
+        earlier = "conversation" in self.rubric.fields() and any(
+            self._refused(m.content) for m in messages[:-1] if m.role == "assistant")
+        if self._refused(reply) or earlier:
             return JudgeResult(0.0, self.rubric.low, None, self.source, refused=True)
         try:
             prompt = self.prompt(task, messages)
@@ -574,9 +611,18 @@ class LLMJudge(_JudgeBase):
                 distribution=expected)
             score = parse_score(text, self.rubric.low, self.rubric.high,
                                 last_line_only=self.defences.last_line_only)
-            value = expected_score(last, self.rubric.low, self.rubric.high) if expected else float(score)
+            if expected:
+                if last is None or _digit(last[0]) != score:
+                    raise JudgeError(f"the judge's score {score} is not the last digit it generated "
+                                     f"({None if last is None else last[0]!r}): no probabilities for it")
+                value = expected_score(last[1], self.rubric.low, self.rubric.high)
+            else:
+                value = float(score)
         except JudgeError as e:
             return JudgeResult(None, None, f"JudgeError: {e}", self.source)
+        except Exception as e:  # noqa: BLE001  (whatever else breaks, the reward is unknown: counted, never a crash)
+            logger.warning("the judge failed unexpectedly: %s: %s", type(e).__name__, e)
+            return JudgeResult(None, None, f"{type(e).__name__}: {e}", self.source)
         span = self.rubric.high - self.rubric.low
         return JudgeResult((value - self.rubric.low) / span, score, None, self.source, cached=cached, text=text,
                            tokens=tokens)
@@ -644,6 +690,9 @@ class GroupJudge(_JudgeBase):
             scores = self._parse_group(text, len(replies))
         except JudgeError as e:
             return [JudgeResult(None, None, f"JudgeError: {e}", self.source) for _ in replies]
+        except Exception as e:  # noqa: BLE001  (as LLMJudge.judge: unknown rewards, never a crash)
+            logger.warning("the group judge failed unexpectedly: %s: %s", type(e).__name__, e)
+            return [JudgeResult(None, None, f"{type(e).__name__}: {e}", self.source) for _ in replies]
         span = self.rubric.high - self.rubric.low
         out = []
         for k, (score, was_refused) in enumerate(zip(scores, refused)):

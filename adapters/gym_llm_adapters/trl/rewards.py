@@ -231,7 +231,11 @@ class JudgeReward:
         else:
             messages = tuple(Message(m["role"], completion_text([m])) for m in prompt)
         data = {k: v for k, v in row.items() if isinstance(v, (str, int, float, bool))}
-        return Task(int(row.get("task_id", 0) or 0), messages, data=data)
+        if self.criterion_column in row:
+            data["criterion"] = row[self.criterion_column]
+        answer = row.get("answer")
+        return Task(int(row.get("task_id", 0) or 0), messages, answer=None if answer is None else str(answer),
+                    data=data)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         from gym_llm.core.messages import Message
