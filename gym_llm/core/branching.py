@@ -6,13 +6,15 @@ batch; :meth:`BranchingMixin.fork` continues it in scalar envs (docs/branching.m
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from gymnasium.error import ResetNeeded
 
-from gym_llm.core.env import VECTOR_ARGUMENTS, LLMEnv
 from gym_llm.core.episode import Episode, ForkError, make_all
+
+if TYPE_CHECKING:  # for annotations only: gym_llm.core.env imports this module
+    from gym_llm.core.env import LLMEnv
 
 __all__ = ["BranchingMixin", "SubEnvSnapshot"]
 
@@ -108,7 +110,7 @@ class BranchingMixin:
         """``(N,)`` bool: the sub-envs :meth:`step` leaves as they are (a copy)."""
         return self._paused.copy()
 
-    def fork(self, index: int, k: int = 1) -> list[LLMEnv]:
+    def fork(self, index: int, k: int = 1) -> list["LLMEnv"]:
         """``k`` scalar envs (:class:`~gym_llm.core.env.LLMEnv`) that continue sub-env ``index``'s episode from its
         current step, as :meth:`LLMEnv.fork <gym_llm.core.env.LLMEnv.fork>` does for a scalar env: they share this
         env's parts (task source, tools), which close with the last of this env and its forks. This env goes on
@@ -121,7 +123,7 @@ class BranchingMixin:
         users = self.__dict__.setdefault("_parts_users", [1])
         scalar, constructor = self._scalar_constructor()
 
-        def sibling() -> LLMEnv:
+        def sibling() -> "LLMEnv":
             env = object.__new__(scalar)
             if constructor is not None:  # pickles as its scalar env made again (needs reset, like any unpickled env)
                 env.__dict__["_constructor"] = constructor
@@ -138,21 +140,6 @@ class BranchingMixin:
 
     def _forked_episode(self, i: int) -> Episode:
         return self.episodes[i].fork()
-
-    def _scalar_constructor(self) -> tuple[type, tuple | None]:
-        """The scalar env class whose native vector env this is, and the constructor record a fork of a sub-env
-        pickles as (this env's arguments less the vector ones); ``(LLMEnv, None)`` when no class declares it."""
-        def subclasses(cls: type):
-            for sub in cls.__subclasses__():
-                yield sub
-                yield from subclasses(sub)
-
-        scalar = next((cls for cls in subclasses(LLMEnv) if cls.__dict__.get("Vector") is type(self)), None)
-        recorded = self.__dict__.get("_constructor")
-        if scalar is None or recorded is None or recorded[0] is not type(self):
-            return scalar or LLMEnv, None
-        kwargs = {key: value for key, value in recorded[2].items() if key not in VECTOR_ARGUMENTS}
-        return scalar, (scalar, (), kwargs)
 
     def _sub_env_index(self, index: Any, what: str) -> int:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) \

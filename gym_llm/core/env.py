@@ -12,15 +12,10 @@ from gymnasium.error import ResetNeeded
 
 from gym_llm.core.episode import EnvParts, ForkError, make_all, resolve_reset_task
 from gym_llm.core.pickling import ConstructorPickle
-from gym_llm.core.tasks import TaskStream
+from gym_llm.core.tasks import TASK_SEED_BOUND, TaskStream
+from gym_llm.core.vector import VECTOR_ARGUMENTS, LLMVectorEnv
 
 __all__ = ["LLMEnv", "TASK_SEED_BOUND", "VECTOR_ARGUMENTS", "vector_name"]
-
-VECTOR_ARGUMENTS = ("num_envs", "group_size", "autoreset_mode", "task_assignment", "num_workers")
-"""The arguments a derived vector env takes besides its env's own (see :meth:`LLMEnv.__init_subclass__`)."""
-
-TASK_SEED_BOUND = 2**62
-"""Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding."""
 
 
 class LLMEnv(ConstructorPickle, gym.Env):
@@ -172,6 +167,9 @@ class LLMEnv(ConstructorPickle, gym.Env):
         super().close()
 
 
+LLMVectorEnv.SCALAR_BASE = LLMEnv  # forks of a vector env are LLMEnvs (gym_llm.core.vector cannot import this module)
+
+
 def vector_name(env_class_name: str) -> str:
     """The derived vector env's class name: ``LLMCountdownEnv`` -> ``LLMCountdownVectorEnv``.
 
@@ -206,8 +204,6 @@ def _scalar_init(build: Callable[..., Any]) -> Callable[..., None]:
 def _derive_vector(env_cls: type, build: Callable[..., Any]) -> type:
     """``env_cls.Vector``: an :class:`~gym_llm.core.vector.LLMVectorEnv` subclass whose constructor takes the vector
     arguments and passes the rest to ``build``, named :func:`vector_name` of the env class."""
-    from gym_llm.core.vector import LLMVectorEnv
-
     sized = "num_envs" in inspect.signature(build).parameters  # a build that sizes itself to the batch
 
     def __init__(self, num_envs: int = 1, *, group_size: int = 1, autoreset_mode: Any = "SameStep",

@@ -17,7 +17,10 @@ import numpy as np
 
 from gym_llm.core.messages import Message, as_messages
 
-__all__ = ["Task", "TaskStream", "TaskOrder", "tasks_from_records"]
+__all__ = ["TASK_SEED_BOUND", "Task", "TaskStream", "TaskOrder", "tasks_from_records"]
+
+TASK_SEED_BOUND = 2**62
+"""Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding (scalar and vector envs)."""
 
 TaskOrder = Literal["shuffle", "sequential"]
 

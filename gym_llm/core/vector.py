@@ -34,12 +34,15 @@ from gymnasium.vector.utils import batch_space
 
 from gym_llm.core.pickling import ConstructorPickle
 from gym_llm.core.branching import BranchingMixin
-from gym_llm.core.env import TASK_SEED_BOUND
 from gym_llm.core.episode import EnvParts, Episode, resolve_reset_task
 from gym_llm.core.spaces import UnicodeText
-from gym_llm.core.tasks import TaskStream
+from gym_llm.core.tasks import TASK_SEED_BOUND, TaskStream
 
-__all__ = ["LLMVectorEnv", "batch_infos"]
+__all__ = ["LLMVectorEnv", "VECTOR_ARGUMENTS", "batch_infos"]
+
+VECTOR_ARGUMENTS = ("num_envs", "group_size", "autoreset_mode", "task_assignment", "num_workers")
+"""The arguments a derived vector env takes besides its env's own (see
+:meth:`LLMEnv.__init_subclass__ <gym_llm.core.env.LLMEnv.__init_subclass__>`)."""
 
 
 def batch_infos(infos: Sequence[dict[str, Any] | None], num_envs: int) -> dict[str, Any]:
@@ -165,6 +168,10 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
     arrays. ``info`` is Gymnasium's dict of arrays with ``_key`` masks, always with ``task_id``,
     ``group_id`` and ``round``.
     """
+
+    SCALAR_BASE: type | None = None
+    """:class:`~gym_llm.core.env.LLMEnv`, set by :mod:`gym_llm.core.env` (which imports this module, never the reverse):
+    :meth:`fork` makes siblings of the subclass of it whose ``Vector`` this env's class is, else of it."""
 
     def __init__(
         self,
@@ -412,6 +419,23 @@ class LLMVectorEnv(ConstructorPickle, BranchingMixin, VectorEnv):
         # fromiter converts element by element, exactly as writing each item into an array would.
         return (self._batch(observations), np.fromiter(rewards, np.float64, N), np.fromiter(terminated, np.bool_, N),
                 np.fromiter(truncated, np.bool_, N), batch_infos(info_list, N))
+
+    def _scalar_constructor(self) -> tuple[type, tuple | None]:
+        """The scalar env class whose native vector env this is, and the constructor record a fork of a sub-env
+        pickles as (this env's arguments less the vector ones); ``(LLMEnv, None)`` when no class declares it."""
+        def subclasses(cls: type):
+            for sub in cls.__subclasses__():
+                yield sub
+                yield from subclasses(sub)
+
+        base = LLMVectorEnv.SCALAR_BASE
+        assert base is not None, "gym_llm.core.env sets LLMVectorEnv.SCALAR_BASE when it is imported"
+        scalar = next((cls for cls in subclasses(base) if cls.__dict__.get("Vector") is type(self)), None)
+        recorded = self.__dict__.get("_constructor")
+        if scalar is None or recorded is None or recorded[0] is not type(self):
+            return scalar or base, None
+        kwargs = {key: value for key, value in recorded[2].items() if key not in VECTOR_ARGUMENTS}
+        return scalar, (scalar, (), kwargs)
 
     def _split_actions(self, actions: Any) -> list[Any]:
         """Per-sub-env actions from a batch: a sequence of N actions, or a dict of (N, ...) arrays."""

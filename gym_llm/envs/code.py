@@ -1,7 +1,7 @@
 """``LLMCode-v0``: write a program; it is graded by running the task's unit tests against it, in sandboxes.
 
-One module for the env (the turn handler, the builder, the env class); the task sources are in
-:mod:`gym_llm.envs.code_tasks`, the grading in :mod:`gym_llm.envs.code_grader` (host) and
+One module for the env (the turn handler, the builder, the env class, the choice of task source); the task sources
+are in :mod:`gym_llm.envs.code_tasks` and :mod:`gym_llm.tasks.code_family`, the grading in :mod:`gym_llm.envs.code_grader` (host) and
 :mod:`gym_llm.envs.code_runtime` (inside the sandboxes). docs/code.md has the design, the attacks it stops and the
 numbers.
 """
@@ -16,11 +16,14 @@ from gym_llm.core.chat import ChatConfig, ChatEpisode, Response
 from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
+from gym_llm.core.tasks import Task
 from gym_llm.envs.code_grader import DEFAULT_TIMEOUT_S, CodeSandboxes, GradeReport, Grading
-from gym_llm.envs.code_tasks import CodeProblem, ProgramMode, Split, extract_program, load_code_tasks
+from gym_llm.envs.code_tasks import (ROW_HELP, CodeProblem, ProgramMode, Split, extract_program, load_codeio,
+                                     load_humaneval, problems_from_records, read_code_records)
 from gym_llm.envs.common import chat_env_parts
+from gym_llm.tasks.code_family import load_basic_tasks
 
-__all__ = ["DEFAULT_CODE_SYSTEM_PROMPT", "CodeHandler", "LLMCodeEnv", "LLMCodeVectorEnv", "build_code"]
+__all__ = ["DEFAULT_CODE_SYSTEM_PROMPT", "CodeHandler", "LLMCodeEnv", "LLMCodeVectorEnv", "build_code", "load_code_tasks"]
 
 DEFAULT_CODE_SYSTEM_PROMPT = (
     "You are an expert Python programmer. Solve the task with a correct, complete program and put the whole program "
@@ -90,6 +93,31 @@ class CodeHandler:
             feedback = _FEEDBACK.format(failed=len(report.tests) - report.num_passed, total=len(report.tests),
                                         failure=report.first_failure)
         return Response(0.0, False, (Message("user", feedback),), info)
+
+
+def load_code_tasks(*, source: str | None, data_files: str | os.PathLike | Sequence[str | os.PathLike] | None,
+                    tasks: Sequence[Mapping[str, Any]] | None, split: Split, size: int, seed: int) -> list[Task]:
+    """The tasks of ``LLMCode-v0``'s arguments (exactly one of ``source``, ``data_files``, ``tasks``)."""
+    given = [name for name, value in (("data_files", data_files), ("tasks", tasks)) if value is not None]
+    if len(given) + (source is not None) > 1:
+        raise ValueError(f"Pass one task source: source=..., data_files=... or tasks=..., got "
+                         f"{given + (['source'] if source is not None else [])}.")
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
+    if tasks is not None:
+        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Sequence) or not tasks:
+            raise TypeError("tasks must be a non-empty list of code task dicts (" + ROW_HELP + ").")
+        return problems_from_records([(f"tasks[{i}]", record) for i, record in enumerate(tasks)])
+    if data_files is not None:
+        paths = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
+        return problems_from_records([pair for path in paths for pair in read_code_records(path)])
+    if source in (None, "humaneval"):
+        return load_humaneval()
+    if source == "codeio":
+        return load_codeio(split)
+    if source == "basic":
+        return load_basic_tasks(split, size=size, seed=seed)
+    raise ValueError(f"source must be 'humaneval', 'codeio' or 'basic' (or pass data_files= / tasks=), got {source!r}.")
 
 
 def build_code(

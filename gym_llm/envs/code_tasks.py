@@ -28,7 +28,7 @@ from typing import Any, Literal, Mapping, Sequence
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
 
-__all__ = ["CodeProblem", "Split", "extract_program", "load_code_tasks", "load_codeio", "load_humaneval",
+__all__ = ["ROW_HELP", "CodeProblem", "Split", "extract_program", "load_codeio", "load_humaneval",
            "problems_from_records", "read_code_records"]
 
 Split = Literal["train", "test", "all"]
@@ -227,7 +227,7 @@ def read_code_records(path: str | os.PathLike) -> list[tuple[str, dict[str, Any]
     return out
 
 
-_ROW_HELP = ("a code task is {\"prompt\", \"tests\", \"entry_point\"} (assert-style tests: a check(candidate) "
+ROW_HELP = ("a code task is {\"prompt\", \"tests\", \"entry_point\"} (assert-style tests: a check(candidate) "
              "function or asserts calling the entry point) or {\"prompt\", \"inputs\", \"outputs\"} (stdin/stdout "
              "cases, lists of strings of the same length)")
 
@@ -235,7 +235,7 @@ _ROW_HELP = ("a code task is {\"prompt\", \"tests\", \"entry_point\"} (assert-st
 def _problem_from_record(where: str, record: Mapping[str, Any]) -> tuple[str, CodeProblem]:
     prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError(f"{where}: no \"prompt\" string; {_ROW_HELP}.")
+        raise ValueError(f"{where}: no \"prompt\" string; {ROW_HELP}.")
     solution = record.get("solution", record.get("canonical_solution", ""))
     if not isinstance(solution, str):
         raise ValueError(f"{where}: \"solution\" must be a string (a program that passes the tests).")
@@ -245,12 +245,12 @@ def _problem_from_record(where: str, record: Mapping[str, Any]) -> tuple[str, Co
         if not (isinstance(inputs, list) and isinstance(outputs, list) and inputs
                 and len(inputs) == len(outputs) and all(isinstance(x, str) for x in inputs + outputs)):
             raise ValueError(f"{where}: \"inputs\" and \"outputs\" must be non-empty lists of strings of the same "
-                             f"length; {_ROW_HELP}.")
+                             f"length; {ROW_HELP}.")
         return prompt, CodeProblem("stdio", source_id, inputs=tuple(inputs), outputs=tuple(outputs),
                                    solution=solution)
     missing = [key for key in ("tests", "entry_point") if not isinstance(record.get(key), str) or not record[key].strip()]
     if missing:
-        raise ValueError(f"{where}: no {' and no '.join(repr(m) for m in missing)} string; {_ROW_HELP}.")
+        raise ValueError(f"{where}: no {' and no '.join(repr(m) for m in missing)} string; {ROW_HELP}.")
     entry_point = record["entry_point"].strip()
     if not entry_point.isidentifier():
         raise ValueError(f"{where}: \"entry_point\" must be a Python function name, got {entry_point!r}.")
@@ -276,34 +276,7 @@ def problems_from_records(records: Sequence[tuple[str, Mapping[str, Any]]]) -> l
     tasks = []
     for index, (where, record) in enumerate(records):
         if not isinstance(record, Mapping):
-            raise ValueError(f"{where}: expected a mapping, got {type(record).__name__}; {_ROW_HELP}.")
+            raise ValueError(f"{where}: expected a mapping, got {type(record).__name__}; {ROW_HELP}.")
         text, problem = _problem_from_record(where, record)
         tasks.append(_task(index, text, problem))
     return tasks
-
-
-def load_code_tasks(*, source: str | None, data_files: str | os.PathLike | Sequence[str | os.PathLike] | None,
-                    tasks: Sequence[Mapping[str, Any]] | None, split: Split, size: int, seed: int) -> list[Task]:
-    """The tasks of ``LLMCode-v0``'s arguments (exactly one of ``source``, ``data_files``, ``tasks``)."""
-    given = [name for name, value in (("data_files", data_files), ("tasks", tasks)) if value is not None]
-    if len(given) + (source is not None) > 1:
-        raise ValueError(f"Pass one task source: source=..., data_files=... or tasks=..., got "
-                         f"{given + (['source'] if source is not None else [])}.")
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
-    if tasks is not None:
-        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Sequence) or not tasks:
-            raise TypeError("tasks must be a non-empty list of code task dicts (" + _ROW_HELP + ").")
-        return problems_from_records([(f"tasks[{i}]", record) for i, record in enumerate(tasks)])
-    if data_files is not None:
-        paths = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
-        return problems_from_records([pair for path in paths for pair in read_code_records(path)])
-    if source in (None, "humaneval"):
-        return load_humaneval()
-    if source == "codeio":
-        return load_codeio(split)
-    if source == "basic":
-        from gym_llm.tasks.code_family import load_basic_tasks
-
-        return load_basic_tasks(split, size=size, seed=seed)
-    raise ValueError(f"source must be 'humaneval', 'codeio' or 'basic' (or pass data_files= / tasks=), got {source!r}.")

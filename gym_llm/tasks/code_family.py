@@ -20,6 +20,7 @@ from random import Random
 from typing import Any, Callable
 
 from gym_llm.core.tasks import Task
+from gym_llm.envs.code_tasks import _HUMANEVAL_TEMPLATE, CodeProblem, _task as make_task
 
 __all__ = ["TEMPLATES", "Template", "load_basic_tasks"]
 
@@ -153,8 +154,6 @@ def _stub(template: Template, constants: dict[str, Any], examples: list[tuple]) 
 
 
 def _task(index: int, rng: Random, template: Template, constants: dict[str, Any]) -> Task:
-    from gym_llm.envs.code_tasks import _HUMANEVAL_TEMPLATE, CodeProblem, _task as make_task
-
     cases = _inputs(rng, template, constants, 7)
     examples, hidden = cases[:2], cases[2:]
     name, stub = _stub(template, constants, examples)
