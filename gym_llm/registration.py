@@ -1,12 +1,19 @@
-"""Registration of every gym-llm env id with Gymnasium (entry points are strings: importing gym_llm stays cheap)."""
+"""Registration of every gym-llm env id with Gymnasium (entry points are strings: importing gym_llm stays cheap), and
+of the envs other packages declare in the ``gym_llm.envs`` entry-point group (:func:`load_plugin_envs`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import warnings
 from dataclasses import dataclass
 
 import gymnasium as gym
 
-__all__ = ["CLIENT_ENVS", "CHECKOUT_ENVS", "ENVS", "EnvInfo", "markdown_table", "register_envs"]
+__all__ = ["CLIENT_ENVS", "CHECKOUT_ENVS", "ENVS", "PLUGIN_GROUP", "EnvInfo", "load_plugin_envs", "markdown_table",
+           "plugin_envs", "register_env", "register_envs", "registered_envs"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,9 @@ class EnvInfo:
     variants: str = ""
     """Optional ``"module:function"`` returning the names of what the env can be pointed at (e.g. every
     reasoning-gym dataset), listed by ``gym-llm list``; imported only then."""
+    package: str = "gym-llm"
+    """The distribution that registered the env: ``gym-llm``, or the package whose ``gym_llm.envs`` entry point
+    registered it (set by :func:`load_plugin_envs`)."""
 
     def __post_init__(self) -> None:
         if not self.vector_entry_point:
@@ -153,3 +163,126 @@ def register_envs() -> None:
     for env_id, entry_point in CLIENT_ENVS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
+
+
+# ------------------------------------------------------------------------------------------------ other packages' envs
+PLUGIN_GROUP = "gym_llm.envs"
+"""The entry-point group through which another package registers its envs. In its ``pyproject.toml``::
+
+    [project.entry-points."gym_llm.envs"]
+    my_envs = "my_envs.registration:register"
+
+names a function (called with no arguments) that registers the package's envs — with :func:`register_env` (an
+:class:`EnvInfo`: ``gym-llm list`` describes the env, ``play``/``eval``/``train`` take it) or with
+``gymnasium.register``. As in Gymnasium's own ``gymnasium.envs`` group, the value names a function, not a module.
+:func:`load_plugin_envs` calls each once, when ``gym_llm`` is imported (docs/adding_an_env.md)."""
+
+_OWN_IDS = frozenset({info.id for info in (*ENVS, *CHECKOUT_ENVS)} | set(CLIENT_ENVS))
+_PLUGIN_ENVS: dict[str, EnvInfo] = {}
+_loading: str | None = None  # the package whose entry point is being called
+_plugins_loaded = False
+
+
+def register_env(info: EnvInfo) -> None:
+    """Register ``info``'s env with Gymnasium (its scalar and native vector entry points) and make it known to the
+    ``gym-llm`` commands (``list``, and those in ``info.commands``). Called from a ``gym_llm.envs`` entry point, the env
+    is credited to that entry point's package; called from a program, to ``info.package`` (``"(this program)"`` when
+    left at its default).
+
+    Raises:
+        TypeError: ``info`` is not an :class:`EnvInfo`.
+        ValueError: ``info.id`` is one of gym-llm's own ids, or another package registered it.
+    """
+    if not isinstance(info, EnvInfo):
+        raise TypeError(f"register_env takes an EnvInfo(id, entry_point, description, reward_range, ...), got "
+                        f"{type(info).__name__}.")
+    if _loading is not None or info.package == "gym-llm":
+        info = dataclasses.replace(info, package=_loading or "(this program)")
+    if info.id in _OWN_IDS:
+        raise ValueError(f"{info.id} is one of gym-llm's own env ids; give your env another id (e.g. with your "
+                         "package's name in it).")
+    other = _PLUGIN_ENVS.get(info.id)
+    if other is not None and other.package != info.package:
+        raise ValueError(f"{info.id} is already registered by package {other.package}; give your env another id.")
+    gym.register(id=info.id, entry_point=info.entry_point, vector_entry_point=info.vector_entry_point,
+                 disable_env_checker=False)
+    _PLUGIN_ENVS[info.id] = info
+
+
+def plugin_envs() -> tuple[EnvInfo, ...]:
+    """The envs other packages registered (through :data:`PLUGIN_GROUP`, or :func:`register_env`), in load order."""
+    return tuple(_PLUGIN_ENVS.values())
+
+
+def registered_envs() -> tuple[EnvInfo, ...]:
+    """Every env the ``gym-llm`` commands know: :data:`ENVS`, then :func:`plugin_envs`."""
+    return ENVS + plugin_envs()
+
+
+def load_plugin_envs() -> None:
+    """Call every :data:`PLUGIN_GROUP` entry point once (``import gym_llm`` does). A plugin that fails — it does not
+    import, its function raises, it names a module instead of a function — is skipped with a ``RuntimeWarning`` that
+    names its package and the fix; what it registered is removed, and gym-llm's own envs are never replaced."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib import metadata
+
+    try:
+        entry_points = list(metadata.entry_points(group=PLUGIN_GROUP))
+    except Exception as e:  # noqa: BLE001 — unreadable package metadata must not break `import gym_llm`
+        warnings.warn(f"gym_llm: could not read the {PLUGIN_GROUP!r} entry points ({type(e).__name__}: {e}); envs "
+                      "from other packages are not loaded", RuntimeWarning, stacklevel=2)
+        return
+    for entry_point in entry_points:
+        _load_plugin(entry_point)
+
+
+def _load_plugin(entry_point) -> None:
+    global _loading
+    dist = getattr(entry_point, "dist", None)
+    package = dist.name if dist is not None else entry_point.value.split(":")[0].split(".")[0]
+    where = f"the {PLUGIN_GROUP} entry point {entry_point.name} = {entry_point.value!r} of package {package}"
+    fix = f"fix that package, or update it (pip install -U {package}), or uninstall it (pip uninstall {package})"
+    if not entry_point.attr:
+        warnings.warn(f"gym_llm: {where} names a module, not a function: it must be 'module:function', a function "
+                      f"that registers the envs; its envs are not loaded. To fix: {fix}.", RuntimeWarning, stacklevel=3)
+        return
+    own = {env_id: gym.registry[env_id] for env_id in _OWN_IDS if env_id in gym.registry}
+    before = set(gym.registry)
+    _loading = package
+    try:
+        entry_point.load()()
+    except Exception as e:  # noqa: BLE001 — a broken plugin must not break `import gym_llm`
+        for env_id in set(gym.registry) - before:
+            del gym.registry[env_id]
+            _PLUGIN_ENVS.pop(env_id, None)
+        warnings.warn(f"gym_llm: {where} failed ({type(e).__name__}: {e}); its envs are not loaded (gym-llm's own "
+                      f"are). To fix: {fix}.", RuntimeWarning, stacklevel=3)
+        return
+    finally:
+        _loading = None
+    replaced = sorted(env_id for env_id, spec in own.items() if gym.registry.get(env_id) is not spec)
+    if replaced:
+        gym.registry.update({env_id: own[env_id] for env_id in replaced})
+        warnings.warn(f"gym_llm: {where} registered gym-llm's own id(s) {', '.join(replaced)}; gym-llm's are kept. "
+                      f"To fix: {fix}.", RuntimeWarning, stacklevel=3)
+    for env_id in sorted(set(gym.registry) - before - set(_PLUGIN_ENVS)):  # registered with gymnasium.register
+        _PLUGIN_ENVS[env_id] = _info_of_spec(gym.registry[env_id], package)
+    logger.debug("%s registered %s", where, sorted(set(gym.registry) - before))
+
+
+def _info_of_spec(spec: gym.envs.registration.EnvSpec, package: str) -> EnvInfo:
+    """What ``gym-llm`` knows of an env a plugin registered with ``gymnasium.register`` (no description)."""
+    def name(entry_point) -> str:
+        if entry_point is None or isinstance(entry_point, str):
+            return entry_point or ""
+        return f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', entry_point)}"
+
+    vector = name(spec.vector_entry_point)
+    return EnvInfo(spec.id, name(spec.entry_point) or vector, f"registered by {package} with gymnasium.register",
+                   "(not described)", vector_entry_point=vector or "(none: gym.make_vec wraps the scalar env)",
+                   commands=("play", "eval", "train") if vector else ("play",),
+                   not_for="it has no native vector env (gym-llm eval and train drive one): its package registers it "
+                           "without vector_entry_point", package=package)

@@ -165,18 +165,20 @@ lora_rank = _number(int, lambda v: v >= 1, "a whole number >= 1 (the LoRA adapte
 
 
 def check_env(env_id: str | None, command: str) -> Any:
-    """The env's :class:`~gym_llm.registration.EnvInfo`, or a :class:`UsageError` naming the valid ids (unknown id)
-    or why ``command`` does not take this env."""
-    import gym_llm
+    """The env's :class:`~gym_llm.registration.EnvInfo` — gym-llm's own or one another package registered (its
+    ``gym_llm.envs`` entry point) — or a :class:`UsageError` naming the valid ids (unknown id) or why ``command`` does
+    not take this env."""
+    from gym_llm.registration import registered_envs  # (importing gym_llm loads other packages' envs too)
     from gym_llm_adapters.cli.errors import UsageError, closest
 
-    infos = {info.id: info for info in gym_llm.ENVS}
+    infos = {info.id: info for info in registered_envs()}
     if not env_id:
         raise UsageError(f"which env? Give an env id (--env in `gym-llm {command}`, or in --config); "
                          f"the ids are: {', '.join(infos)}")
     if env_id not in infos:
         raise UsageError(f"unknown env id {env_id!r}{closest(env_id, infos)}; the registered ids are: "
-                         f"{', '.join(infos)} (`gym-llm list` describes them)")
+                         f"{', '.join(infos)} (`gym-llm list` describes them; an env from another package is "
+                         "registered through its gym_llm.envs entry point: docs/adding_an_env.md)")
     info = infos[env_id]
     if command not in info.commands:
         raise UsageError(f"`gym-llm {command}` does not take {env_id}: {info.not_for}")

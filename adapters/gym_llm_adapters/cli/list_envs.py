@@ -1,4 +1,5 @@
-"""``gym-llm list``: the registered envs, with what they do, their spaces and reward ranges."""
+"""``gym-llm list``: the registered envs — gym-llm's own, then those of other packages (their ``gym_llm.envs`` entry
+points) with the package's name — with what they do, their spaces and reward ranges."""
 
 from __future__ import annotations
 
@@ -33,22 +34,23 @@ def _variants(env) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import gym_llm
+    from gym_llm.registration import registered_envs
 
     if args.markdown:
         from gym_llm.registration import markdown_table
 
         print(markdown_table())
         return 0
+    envs = registered_envs()
     if args.json:
         print(json.dumps([{"id": e.id, "description": e.description, "action": e.action,
                            "observation": e.observation, "reward": e.reward_range,
                            "vector_entry_point": e.vector_entry_point, "commands": list(e.commands),
-                           **({"variants": _variants(e)} if e.variants else {})}
-                          for e in gym_llm.ENVS], indent=1))
+                           "package": e.package, **({"variants": _variants(e)} if e.variants else {})}
+                          for e in envs], indent=1))
         return 0
-    for env in gym_llm.ENVS:
-        print(env.id)
+    for env in envs:
+        print(env.id if env.package == "gym-llm" else f"{env.id}  (from {env.package})")
         for label, text in (("", env.description), ("action: ", env.action), ("observation: ", env.observation),
                             ("reward: ", env.reward_range), ("commands: ", "gym-llm " + ", ".join(env.commands))):
             print(textwrap.fill(label + text, width=100, initial_indent="  ", subsequent_indent="    "))
@@ -57,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
             text = (f"{len(names)} datasets: " + ", ".join(names)) if names is not None else \
                 "(install its optional package to list what it offers)"
             print(textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    "))
-    print(f"\n{len(gym_llm.ENVS)} envs; each also has a native vector env: "
-          "gym.make_vec(id, num_envs=N, group_size=G). Try one: gym-llm play LLMGSM8K-v0 --source arithmetic")
+    others = sorted({env.package for env in envs} - {"gym-llm"})
+    own = sum(env.package == "gym-llm" for env in envs)
+    print(f"\n{len(envs)} envs" + (f" ({own} from gym-llm, {len(envs) - own} from {', '.join(others)})" if others else "")
+          + "; each also has a native vector env: gym.make_vec(id, num_envs=N, group_size=G). "
+          "Try one: gym-llm play LLMGSM8K-v0 --source arithmetic")
     return 0
