@@ -132,7 +132,8 @@ def test_gym_llm_list_shows_it_with_its_package_and_play_takes_it(site):
     assert played.returncode == 0, played.stderr[-4000:]
     assert "Spell '" in played.stdout and "reward 0  terminated True" in played.stdout
     word = re.search(r"Spell '(\w+)' backwards", played.stdout).group(1)
-    played = run(site, "-m", "gym_llm_adapters.cli", "play", "MyReverse-v0", stdin=f"<answer>{word[::-1]}</answer>\n.\n")
+    played = run(site, "-m", "gym_llm_adapters.cli", "play", "MyReverse-v0",
+                 stdin=f"<answer>{word[::-1]}</answer>\n.\n")
     assert "reward 1  terminated True" in played.stdout, played.stdout + played.stderr[-2000:]
 
 

@@ -1,7 +1,7 @@
 """The distribution: ``python -m build`` makes an sdist and a wheel (the wheel built from the sdist), the wheel holds
-every module and package file of the checkout, and installed in a fresh virtual environment — the base dependencies
-and the light ``code`` extra (its sandboxes), no torch — it serves, from a folder outside the checkout, ``gym-llm list``
-and every env id: made with its defaults, or refused with the clear error that says what to install or pass (never a
+every module and package file of the checkout, and installed in a fresh virtual environment — the base
+dependencies and the light ``code`` extra (its sandboxes), no torch — it serves, from a folder outside the checkout,
+``gym-llm list`` and every env id: made with its defaults, or refused with the clear error that says what to install or pass (never a
 missing file of the package)."""
 
 from __future__ import annotations

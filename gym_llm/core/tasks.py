@@ -20,7 +20,8 @@ from gym_llm.core.messages import Message, as_messages
 __all__ = ["TASK_SEED_BOUND", "Task", "TaskStream", "TaskOrder", "tasks_from_records"]
 
 TASK_SEED_BOUND = 2**62
-"""Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding (scalar and vector envs)."""
+"""Task-stream seeds are drawn from ``np_random.integers(TASK_SEED_BOUND)`` right after seeding (scalar and vector
+envs alike)."""
 
 TaskOrder = Literal["shuffle", "sequential"]
 

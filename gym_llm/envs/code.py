@@ -1,8 +1,8 @@
 """``LLMCode-v0``: write a program; it is graded by running the task's unit tests against it, in sandboxes.
 
 One module for the env (the turn handler, the builder, the env class, the choice of task source); the task sources
-are in :mod:`gym_llm.envs.code_tasks` and :mod:`gym_llm.tasks.code_family`, the grading in :mod:`gym_llm.envs.code_grader` (host) and
-:mod:`gym_llm.envs.code_runtime` (inside the sandboxes). docs/code.md has the design, the attacks it stops and the
+are in :mod:`gym_llm.envs.code_tasks` and :mod:`gym_llm.tasks.code_family`, the grading in
+:mod:`gym_llm.envs.code_grader` (host) and :mod:`gym_llm.envs.code_runtime` (inside the sandboxes). docs/code.md has the design, the attacks it stops and the
 numbers.
 """
 
@@ -23,7 +23,8 @@ from gym_llm.envs.code_tasks import (ROW_HELP, CodeProblem, ProgramMode, Split, 
 from gym_llm.envs.common import chat_env_parts
 from gym_llm.tasks.code_family import load_basic_tasks
 
-__all__ = ["DEFAULT_CODE_SYSTEM_PROMPT", "CodeHandler", "LLMCodeEnv", "LLMCodeVectorEnv", "build_code", "load_code_tasks"]
+__all__ = ["DEFAULT_CODE_SYSTEM_PROMPT", "CodeHandler", "LLMCodeEnv", "LLMCodeVectorEnv", "build_code",
+           "load_code_tasks"]
 
 DEFAULT_CODE_SYSTEM_PROMPT = (
     "You are an expert Python programmer. Solve the task with a correct, complete program and put the whole program "

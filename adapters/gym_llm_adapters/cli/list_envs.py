@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
             print(textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    "))
     others = sorted({env.package for env in envs} - {"gym-llm"})
     own = sum(env.package == "gym-llm" for env in envs)
-    print(f"\n{len(envs)} envs" + (f" ({own} from gym-llm, {len(envs) - own} from {', '.join(others)})" if others else "")
-          + "; each also has a native vector env: gym.make_vec(id, num_envs=N, group_size=G). "
+    origin = f" ({own} from gym-llm, {len(envs) - own} from {', '.join(others)})" if others else ""
+    print(f"\n{len(envs)} envs{origin}"
+          "; each also has a native vector env: gym.make_vec(id, num_envs=N, group_size=G). "
           "Try one: gym-llm play LLMGSM8K-v0 --source arithmetic")
     return 0
