@@ -80,6 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="override an env argument for evaluation only (e.g. a test file: "
                              "--eval-env-arg data_files=test.jsonl)")
     add_model_options(parser)
+    engine = next(a for a in parser._actions if a.dest == "engine")  # training also runs vLLM as a server
+    engine.choices = (*engine.choices, "vllm-server")
+    engine.help = ("generation backend: in-process vLLM, transformers, or vllm-server (a `vllm serve` process the run "
+                   "starts: what --async-steps overlaps with); auto = in-process vLLM when installed (default: auto)")
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", type=Path, default=Path("runs/train"), help="the run folder (default: runs/train)")
     run_group.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
@@ -129,6 +133,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--num-iterations", type=positive_int, default=1, metavar="MU",
                       help="optimizer passes over each batch (GRPO's mu, TRL's num_iterations); later passes' ratio is "
                            "against the log-probs taken before the first (default: 1)")
+    grpo.add_argument("--async-steps", type=int, default=0, metavar="K",
+                      help="generate the next K steps' batches while a step trains (needs --engine vllm-server); no "
+                           "trained token is more than K versions old (default: 0, generate then train)")
+    grpo.add_argument("--engine-cpus", type=_cpu_list, default=(), metavar="LIST",
+                      help="with --engine vllm-server: the CPU cores the server runs on, e.g. 0 or 0-3,6 (run the "
+                           "trainer itself under taskset on the others)")
     grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
     grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
     lora = parser.add_argument_group(
@@ -317,6 +327,7 @@ def config_from_args(args: argparse.Namespace):
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
         mask_truncated_completions=args.mask_truncated_completions, num_iterations=args.num_iterations,
+        async_steps=args.async_steps, engine_cpus=tuple(args.engine_cpus),
         micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
         lora_target_modules=_target_modules(args.lora_target_modules), sft_data=args.sft_data,
@@ -326,6 +337,34 @@ def config_from_args(args: argparse.Namespace):
         pass_threshold=args.pass_threshold, save_every=args.save_every, keep_checkpoints=args.keep_checkpoints,
         write_rollouts=not args.no_rollouts, tensorboard=args.tensorboard, report_to=tuple(args.report_to),
         progress=not args.no_progress)
+
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    """``"0-3,6"`` -> ``(0, 1, 2, 3, 6)``."""
+    cores: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cores += range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected CPU cores like 0 or 0-3,6; got {text!r}") from None
+    if not cores or min(cores) < 0:
+        raise argparse.ArgumentTypeError(f"expected CPU cores like 0 or 0-3,6; got {text!r}")
+    return tuple(sorted(set(cores)))
+
+
+def _check_data_parallel(config) -> None:
+    """Under torchrun (WORLD_SIZE > 1): a set-up the ranks cannot run is refused before anything loads."""
+    import os
+
+    from gym_llm_adapters.training.distributed import DataParallelError, check_data_parallel
+
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        try:
+            check_data_parallel(config, world=world, local_world=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+        except DataParallelError as e:
+            raise UsageError(str(e)) from e
 
 
 def run(args: argparse.Namespace) -> int:
@@ -345,6 +384,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as e:  # a cross-field check of TrainConfig, or a --report-to not installed
         raise UsageError(str(e)) from e
     _check_lora(config, args.resume)
+    _check_data_parallel(config)
     evaluation = (args.env, {**config.env_kwargs, **config.eval_env_kwargs}) if args.eval_env is None else \
         (args.eval_env, dict(config.eval_env_kwargs))
     if args.eval_env is not None:
@@ -369,6 +409,8 @@ def run(args: argparse.Namespace) -> int:
             result = trainer.run()
         except SFTDataError as e:  # the warm start's data is known only once the env's tasks are read
             raise UsageError(f"the SFT warm start has no data: {e}") from e
+    if not trainer.is_main:  # a data-parallel rank other than 0: rank 0 says what the run did
+        return 130 if result.interrupted else 0
     first, last = (result.evals[0], result.evals[-1]) if result.evals else (None, None)
     if first is not None:
         print(f"eval at step {first[0]}: mean reward {first[1].reward_mean:.3f}, pass rate {first[1].pass_rate:.1%}")

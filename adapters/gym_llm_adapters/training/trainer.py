@@ -127,9 +127,13 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False, callbacks: Iterable[MetricsCallback] = ()):
         import torch
 
+        from gym_llm_adapters.training.distributed import data_parallel_from_env
+
         self.config = config
         self.out_dir = Path(config.out_dir)
-        self.device = resolve_device(config.device)
+        self.dp = data_parallel_from_env(config)  # None in one process; under torchrun: rank, world, collectives
+        self.is_main = self.dp is None or self.dp.is_main  # the one writer (metrics, rollouts, checkpoints, evals)
+        self.device = resolve_device(config.device) if self.dp is None else self.dp.device(resolve_device(config.device))
         existing = ckpt.latest_checkpoint(self.out_dir)
         if existing is not None and not resume:
             raise FileExistsError(f"{self.out_dir} already holds a run (checkpoint {existing.name}); pass resume=True "
@@ -150,24 +154,28 @@ class Trainer:
         torch.manual_seed(config.seed)
         np.random.seed(config.seed % 2**32)
         self._load_policy(existing)
+        if self.dp is not None:  # identical replicas whatever each rank loaded (a LoRA adapter's init, say)
+            self.dp.broadcast_params(self.policy)
         if saved is not None:  # after the model is built (a fresh adapter's init draws from torch's RNG)
             ckpt.restore_rng(saved.rng)
         self._start_engine()
         from gym_llm_adapters.training.reporters import make_reporters
 
-        self._reporters = make_reporters(config.report_to, self.out_dir, config.to_json(), resume=existing is not None)
+        self._reporters = make_reporters(config.report_to, self.out_dir, config.to_json(),
+                                         resume=existing is not None) if self.is_main else []
         self.metrics = MetricsLogger(self.out_dir, tensorboard=config.tensorboard or "tensorboard" in config.report_to,
                                      callbacks=[*callbacks, *self._reporters],
-                                     resume_step=self.state.step if existing is not None else None)
+                                     resume_step=self.state.step if existing is not None else None) \
+            if self.is_main else _NoMetrics()
         self.rollouts_path = self.out_dir / "rollouts.jsonl"
         self._writer = None
-        if config.write_rollouts:
+        if config.write_rollouts and self.is_main:
             from gym_llm_adapters.rollout_io import RolloutWriter, truncate_rollouts
 
             truncate_rollouts(self.rollouts_path, self.state.rollout_records) if existing is not None else \
                 self.rollouts_path.unlink(missing_ok=True)
             self._writer = RolloutWriter(self.rollouts_path)
-        self.evaluator = self._build_evaluator()
+        self.evaluator = self._build_evaluator() if self.is_main else None
         self._phase: str | None = None
         self._stale_engine = False
         self._stop = False
@@ -212,10 +220,19 @@ class Trainer:
             if self.resumed_from is not None and self.state.version > 0:  # the engine starts on the saved adapter
                 adapter = lora_run.checkpoint_adapter(self.resumed_from, self._adapter_root, version=self.state.version,
                                                       run_id=run_id)
-        self.engine = build_engine(cfg.engine, self.model_dir, device=self.device, dtype=cfg.dtype, seed=cfg.seed,
-                                   version=self.state.version, max_model_len=cfg.max_seq_len,
-                                   vllm_kwargs=cfg.vllm_kwargs, logprobs_mode="processed", lora_rank=cfg.lora_rank,
-                                   adapter=adapter)
+        self._server = None
+        if cfg.engine == "vllm-server":  # a `vllm serve` process of its own (what --async-steps overlaps with)
+            from gym_llm_adapters.training.setup import start_server_engine
+
+            self._server, self.engine = start_server_engine(
+                self.model_dir, device=self.device, dtype=cfg.dtype, seed=cfg.seed, version=self.state.version,
+                max_model_len=cfg.max_seq_len, vllm_kwargs=cfg.vllm_kwargs, lora_rank=cfg.lora_rank, adapter=adapter,
+                cpus=cfg.engine_cpus or None, log_path=self.out_dir / "engine.log" if self.is_main else None)
+        else:
+            self.engine = build_engine(cfg.engine, self.model_dir, device=self.device, dtype=cfg.dtype, seed=cfg.seed,
+                                       version=self.state.version, max_model_len=cfg.max_seq_len,
+                                       vllm_kwargs=cfg.vllm_kwargs, logprobs_mode="processed",
+                                       lora_rank=cfg.lora_rank, adapter=adapter)
         if self.peft_model is None:
             from gym_llm_adapters.weights import WeightSync
 
@@ -297,15 +314,21 @@ class Trainer:
         else:
             self.reference = None
         kwargs = {"task_assignment": "partition", **cfg.env_kwargs}
-        self.envs = gym.make_vec(cfg.env_id, num_envs=cfg.num_tasks * cfg.group_size, group_size=cfg.group_size,
+        tasks, rank = self._tasks_per_rank(), (self.dp.rank if self.dp is not None else 0)
+        self.envs = gym.make_vec(cfg.env_id, num_envs=tasks * cfg.group_size, group_size=cfg.group_size,
                                  vectorization_mode="vector_entry_point", mode="tokens", tokenizer=self.tokenizer,
                                  max_seq_len=cfg.max_seq_len, max_action_tokens=cfg.max_new_tokens, **kwargs)
         sampling = SamplingConfig(max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
         # Re-seeded per resumed step: a resumed run does not replay the interrupted one's env state.
         stages = [cfg.judge.stage()] if cfg.judge is not None else []
-        self.collector = Collector(self.envs, self.engine, sampling, episodes_per_batch=cfg.num_tasks * cfg.group_size,
-                                   seed=cfg.seed + 1_000_003 * self.state.step, branch_turn=cfg.branch_turn,
+        self.collector = Collector(self.envs, self.engine, sampling, episodes_per_batch=tasks * cfg.group_size,
+                                   seed=cfg.seed + 1_000_003 * self.state.step + (rank << 40), branch_turn=cfg.branch_turn,
                                    reward_stages=stages, env_reward_weight=cfg.judge.env_weight if stages else 1.0)
+        self._overlap = None
+        if cfg.async_steps:  # the collector on a thread, up to k batches ahead of the trainer (training/overlap.py)
+            from gym_llm_adapters.training.overlap import OverlappedRollouts
+
+            self._overlap = OverlappedRollouts(self.collector, self.engine, k=cfg.async_steps)
         self.advantage = MCAdvantage(AdvantageConfig(scale=cfg.advantage_scale, group_size=cfg.group_size))
         self.loss_fn = GRPOLoss(GRPOLossConfig(
             beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, aggregation=cfg.aggregation,
@@ -326,8 +349,9 @@ class Trainer:
             return load_policy(self.state.reference, device=self.device, dtype=self.config.dtype)[0].eval()
         if self.config.sft_warmup_steps and self.state.step > 0:  # RL starts now, after SFT: keep this policy
             path = ckpt.checkpoints_dir(self.out_dir) / "reference"
-            self.policy.save_pretrained(path, safe_serialization=True)
-            self.tokenizer.save_pretrained(path)
+            if self.is_main:
+                self.policy.save_pretrained(path, safe_serialization=True)
+                self.tokenizer.save_pretrained(path)
             self.state.reference = str(path)
         elif self.resumed_from is not None:  # the reference is the starting model
             return load_policy(resolve_model(self.config.model), device=self.device, dtype=self.config.dtype)[0].eval()
@@ -341,7 +365,10 @@ class Trainer:
         (saved once, for resumes; training/lora_run.py says why not a merge)."""
         if self.state.reference is None and self.config.sft_warmup_steps and self.state.step > 0:
             path = ckpt.checkpoints_dir(self.out_dir) / "reference"
-            lora_run.save_reference_adapter(self.peft_model, path)
+            if self.is_main:
+                lora_run.save_reference_adapter(self.peft_model, path)
+            if self.dp is not None:  # every rank reads it next
+                self.dp.barrier()
             self.state.reference = str(path)
         return lora_run.reference_scope(self.peft_model, self.state.reference, device=self.device)
 
@@ -352,13 +379,20 @@ class Trainer:
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, self.state.step])
         rows = rng.choice(len(self._sft_examples), size=min(cfg.sft_batch_size, len(self._sft_examples)), replace=False)
-        batch = RolloutBatch.from_trajectories([self._sft_examples[i] for i in rows], pad_id=self._pad_id())
-        total, tokens = 0.0, int(batch.policy_mask.sum())
-        for part, _ in self._micro_batches(batch):
+        if self.dp is not None:  # the same minibatch drawn on every rank; each takes its share, over the global tokens
+            rows = rows[self.dp.rank::self.dp.world]
+        batch = RolloutBatch.from_trajectories([self._sft_examples[i] for i in rows], pad_id=self._pad_id()) \
+            if len(rows) else None
+        total, tokens = 0.0, int(batch.policy_mask.sum()) if batch is not None else 0
+        if self.dp is not None:
+            (tokens,) = (int(v) for v in self.dp.sum(tokens))
+        for part, _ in self._micro_batches(batch) if batch is not None else ():
             t = part.to_torch(self.device)
             out = self._sft_loss.from_batch(self._logprobs(t, sampled=False), part, num_items=tokens)
             out.loss.backward()
             total += float(out.loss.detach())
+        if self.dp is not None:
+            (total,) = self.dp.sum(total)
         lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on in _optimizer_step)
         grad_norm = self._optimizer_step()
         self._stale_engine = True
@@ -374,38 +408,75 @@ class Trainer:
         generate_s, env_s, judge_s = stats.generate_s, stats.env_s, stats.reward_stage_s
         engine_tokens = stats.prompt_tokens + stats.generated_tokens
         calls, judge_tokens = judge_usage(self.collector.reward_stages)
-        trajectories = self.collector.next_batch()
-        clock.lap("rollout")
-        clock.parts["rollout_generate"] = stats.generate_s - generate_s
-        clock.parts["rollout_env"] = stats.env_s - env_s
-        if self.collector.reward_stages:
-            clock.parts["rollout_judge"] = stats.reward_stage_s - judge_s
-        batch = self.advantage(RolloutBatch.from_trajectories(trajectories, pad_id=self._pad_id()))
-        failed = self.advantage.last_dropped_failed  # unknown rewards (a judge's failure): out of the loss, counted
-        metrics: dict[str, float] = {"train/reward_failed": float(failed)}
-        if self.collector.reward_stages:
-            now_calls, now_tokens = judge_usage(self.collector.reward_stages)
-            metrics.update({"judge/calls": float(now_calls - calls), "judge/tokens": float(now_tokens - judge_tokens)})
-        if len(batch) == 0:
-            logger.warning("step skipped: none of the %d episodes has a reward (every one failed: %s)",
-                           len(trajectories), trajectories[0].reward_error)
-            if self._writer is not None:
-                self._writer.write(trajectories)
-                self.state.rollout_records += len(trajectories)
-            return {**metrics, "train/version": float(self.engine.version)}
-        if self.reference is not None:
-            kl = self.reference(batch)
-            batch = dataclasses.replace(batch, ref_logprobs=kl.ref_logprobs.cpu().numpy().astype(np.float32))
-        clock.lap("reference")  # the advantage and batch building included (small)
-        tokens = int(batch.policy_mask.sum())
-        if self.reference is not None:
-            metrics["train/kl"] = float(kl.kl.sum()) / max(tokens, 1)  # mean k3 KL per policy token
+        metrics: dict[str, float] = {}
+        if self._overlap is None:
+            trajectories = self.collector.next_batch()
+            clock.lap("rollout")
+            clock.parts["rollout_generate"] = generate_s = stats.generate_s - generate_s
+            clock.parts["rollout_env"] = stats.env_s - env_s
+            if self.collector.reward_stages:
+                clock.parts["rollout_judge"] = stats.reward_stage_s - judge_s
+            engine_tokens = stats.prompt_tokens + stats.generated_tokens - engine_tokens
+        else:  # generated while earlier steps trained: "rollout" is the wait for it; its own times are logged apart
+            got = self._overlap.next_batch()
+            trajectories, generate_s, engine_tokens = got.trajectories, got.generate_s, got.engine_tokens
+            clock.lap("rollout")
+            metrics.update({"time/overlap_generate_s": got.generate_s, "time/overlap_env_s": got.env_s,
+                            "train/batches_ahead": float(self._overlap.ahead)})
+        if self.dp is not None:  # group ids unique over the ranks (rank r's groups follow rank r-1's)
+            trajectories = _offset_groups(trajectories, self.dp.rank * self._tasks_per_rank())
+        written = trajectories
+        if cfg.async_steps:  # no token older than the bound is trained on: its whole group is refused
+            from gym_llm_adapters.training.overlap import stale_groups
+
+            refused = stale_groups(trajectories, current=self.engine.version, k=cfg.async_steps)
+            trajectories = [t for t in trajectories if (t.group_id, t.round) not in refused]
+            metrics["train/stale_refused"] = float(len(written) - len(trajectories))
+            versions = [min(t.versions) for t in trajectories if t.versions]
+            metrics["train/version_lag"] = float(self.engine.version - min(versions)) if versions else 0.0
+        if trajectories:
+            batch = self.advantage(RolloutBatch.from_trajectories(trajectories, pad_id=self._pad_id()))
+            failed = self.advantage.last_dropped_failed  # unknown rewards (a judge's failure): out of the loss, counted
+        else:
+            batch, failed = _empty_batch(), 0
         current = self.engine.version  # the weights the policy has now (pushed after every step)
         counted = self.loss_fn.counted_tokens(batch, current_version=current)
+        rows = len(batch)
+        judge_use = [0.0, 0.0]
+        if self.collector.reward_stages:
+            now_calls, now_tokens = judge_usage(self.collector.reward_stages)
+            judge_use = [float(now_calls - calls), float(now_tokens - judge_tokens)]
+        if self.dp is not None:  # the global batch's sizes: every rank normalises its share by them
+            failed, counted, rows, *judge_use = (int(v) for v in self.dp.sum(failed, counted, rows, *judge_use))
+        metrics["train/reward_failed"] = float(failed)
+        if self.collector.reward_stages:
+            metrics.update({"judge/calls": float(judge_use[0]), "judge/tokens": float(judge_use[1])})
+        written = self._gather(written)  # every rank's, in rank order, on the writer (rank 0)
+        if rows == 0:
+            logger.warning("step skipped: none of the %d episodes can be trained on (%s)", len(written),
+                           f"every reward failed: {trajectories[0].reward_error}" if trajectories else
+                           f"older than the --async-steps bound of {cfg.async_steps} versions")
+            if self._writer is not None:
+                self._writer.write(written)
+                self.state.rollout_records += len(written)
+            return {**metrics, "train/version": float(self.engine.version)}
+        kl_sum = 0.0
+        if self.reference is not None and len(batch):
+            kl = self.reference(batch)
+            batch = dataclasses.replace(batch, ref_logprobs=kl.ref_logprobs.cpu().numpy().astype(np.float32))
+            kl_sum = float(kl.kl.sum())
+        clock.lap("reference")  # the advantage and batch building included (small)
+        tokens = int(batch.policy_mask.sum())
+        if self.dp is not None:
+            kl_sum, tokens = self.dp.sum(kl_sum, tokens)
+            tokens = int(tokens)
+        if self.reference is not None:
+            metrics["train/kl"] = kl_sum / max(tokens, 1)  # mean k3 KL per policy token
+        share = len(batch) / rows  # this rank's rows of the global batch (1 in one process)
         loss_total, clip_low, clip_high, stale = 0.0, 0.0, 0.0, 0.0
         log_ratio_sum, log_ratio_max = 0.0, 0.0
         passes = cfg.num_iterations
-        parts = list(self._micro_batches(batch))
+        parts = [(part, weight * share) for part, weight in self._micro_batches(batch)] if len(batch) else []
         olds: list[Any] = [None] * len(parts)  # pi_old: the policy's log-probs before this batch's first update
         lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on after the last pass)
         grad_norms = []
@@ -432,23 +503,29 @@ class Trainer:
             grad_norms.append(self._optimizer_step(schedule=it == passes - 1))
             clock.lap("optimizer")
         grad_norm = float(np.mean(grad_norms))
-        version = self.sync.push()
+        if self.dp is not None:  # the per-row sums of every rank (each already weighted by its share of the rows)
+            loss_total, clip_low, clip_high, stale, log_ratio_sum = self.dp.sum(
+                loss_total, clip_low, clip_high, stale, log_ratio_sum)
+            log_ratio_max = self.dp.max(log_ratio_max)
+        version = self.sync.push() if self._overlap is None else self._overlap.push(self.sync)
         clock.lap("sync")
         if self._writer is not None:
-            self._writer.write(trajectories)
-            self.state.rollout_records += len(trajectories)
+            self._writer.write(written)
+            self.state.rollout_records += len(written)
         clock.lap("write")
         self._step_times.add(clock.parts)
-        metrics.update(self._throughput(clock.parts, self._processed_tokens(batch),
-                                        stats.prompt_tokens + stats.generated_tokens - engine_tokens))
+        metrics.update(self._throughput(clock.parts, self._processed_tokens(batch) if len(batch) else 0,
+                                        engine_tokens, generate_s))
         rewards = batch.rewards.astype(np.float64)
+        if self.dp is not None:  # the global batch's rewards (scored rows)
+            rewards = np.concatenate(self._all_gather(rewards))
         metrics.update({
             "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
             "train/pass_rate": float((rewards >= cfg.pass_threshold).mean()), "train/loss": loss_total,
             "train/clip_low_fraction": clip_low, "train/clip_high_fraction": clip_high,
             "train/stale_fraction": stale, "train/engine_log_ratio_mean": log_ratio_sum / max(tokens, 1),
             "train/engine_log_ratio_abs_max": log_ratio_max,
-            "train/policy_tokens_mean": tokens / len(batch), "train/grad_norm": grad_norm,
+            "train/policy_tokens_mean": tokens / rows, "train/grad_norm": grad_norm,
             "train/lr": lr, "train/version": float(version),
             "collector/tokens_per_s": self.collector.stats.tokens_per_s,
             **{f"time/{name}_s": seconds for name, seconds in clock.parts.items()},
@@ -468,14 +545,15 @@ class Trainer:
         shared = sum(int(prompts[keys == k].min()) * (int((keys == k).sum()) - 1) for k in np.unique(keys))
         return total - shared
 
-    def _throughput(self, parts: dict[str, float], tokens: int, engine_tokens: int) -> dict[str, float]:
+    def _throughput(self, parts: dict[str, float], tokens: int, engine_tokens: int,
+                    generate_s: float) -> dict[str, float]:
         """``perf/*`` metrics of one GRPO step: the policy's forward + backward (``num_iterations`` passes over the
         batch's ``tokens``), the reference's forward, and the engine's prompt + generated tokens."""
         from gym_llm_adapters.training.throughput import phase_throughput
 
         cfg, out = self.config, {}
         phases = [("policy", parts.get("policy", 0.0), tokens * cfg.num_iterations, 4 if self.peft_model else 6),
-                  ("generate", parts.get("rollout_generate", 0.0), engine_tokens, 2)]
+                  ("generate", generate_s, engine_tokens, 2)]
         if self.reference is not None:
             phases.append(("reference", parts.get("reference", 0.0), tokens, 2))
         for name, seconds, count, per_param in phases:
@@ -526,6 +604,8 @@ class Trainer:
         after its last pass over the batch)."""
         import torch
 
+        if self.dp is not None:  # summed over the ranks: every replica takes the same step
+            self.dp.all_reduce_grads(self.policy.parameters())
         params = [p for p in self.policy.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
         self.optimizer.step()
@@ -534,19 +614,43 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
 
+    def _tasks_per_rank(self) -> int:
+        """Groups this process generates per step: ``num_tasks``, or its share under data parallelism."""
+        return self.config.num_tasks // (self.dp.world if self.dp is not None else 1)
+
+    def _gather(self, trajectories: list[Any]) -> list[Any]:
+        """Every rank's trajectories, in rank order, on the writer (rank 0); ``[]`` elsewhere. Collective when the run
+        writes rollouts."""
+        if self.dp is None:
+            return trajectories
+        if not self.config.write_rollouts:
+            return []
+        gathered = self.dp.gather(trajectories)
+        return [t for part in gathered for t in part] if gathered is not None else []
+
+    def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.dp.world
+        dist.all_gather_object(out, array)
+        return out
+
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
 
     def _push_if_stale(self) -> None:
         if self._stale_engine:
-            self.sync.push()
+            self.sync.push() if getattr(self, "_overlap", None) is None else self._overlap.push(self.sync)
             self._stale_engine = False
 
     # ------------------------------------------------------------------------------------ eval & save
     def evaluate(self) -> EvalSummary:
-        """Evaluate the current policy (pushes pending weights to the engine first) and log ``eval/*``."""
+        """Evaluate the current policy (pushes pending weights to the engine first) and log ``eval/*``. Under data
+        parallelism rank 0 evaluates on its engine and the others return None at once."""
         self._push_if_stale()
+        if not self.is_main:
+            return None
         writer = contextlib.nullcontext()
         if self.config.write_rollouts:  # the held-out episodes of this evaluation (`gym-llm view` shows them)
             from gym_llm_adapters.rollout_io import RolloutWriter
@@ -554,7 +658,8 @@ class Trainer:
             path = self.out_dir / "eval" / f"step-{self.state.step:06d}.jsonl"
             path.unlink(missing_ok=True)  # a resumed run's evaluation at the same step replaces the earlier one
             writer = RolloutWriter(path)
-        with writer as open_writer:  # closed (and fsynced) even when the evaluation raises
+        paused = self._overlap.paused() if getattr(self, "_overlap", None) is not None else contextlib.nullcontext()
+        with writer as open_writer, paused:  # closed (and fsynced) even when the evaluation raises
             _, summary = self.evaluator.run(pass_threshold=self.config.pass_threshold, writer=open_writer)
         self.metrics.log(self.state.step, summary.metrics())
         self._evals.append((self.state.step, summary))
@@ -564,6 +669,8 @@ class Trainer:
 
     def _plot(self) -> None:
         """Redraw ``curves.png`` (after an evaluation at most every :data:`PLOT_INTERVAL_S`, and at the end)."""
+        if not self.is_main:
+            return
         self._plotted_at = time.monotonic()
         try:
             plot_training_curves(self.metrics.rows, self.out_dir / "curves.png",
@@ -573,11 +680,23 @@ class Trainer:
             logger.warning("no plot: %s", e)
 
     def save(self) -> Path:
-        """Checkpoint now (the model folder is loadable by transformers and vLLM)."""
+        """Checkpoint now (the model folder is loadable by transformers and vLLM). Under data parallelism rank 0
+        writes it (the replicas are equal) and every rank waits for it, so a resume finds it whole."""
         self._push_if_stale()  # the saved version then names exactly the saved weights
         self.state.version = self.engine.version
         self.state.phase = self._phase_of(self.state.step)
         model = self.policy if self.peft_model is None else self.peft_model  # a LoRA run saves its adapter
+        if not self.is_main:
+            self.dp.barrier()
+            return ckpt.checkpoints_dir(self.out_dir) / f"step-{self.state.step:06d}"
+        if self.dp is not None:
+            try:
+                return self._save(model)
+            finally:
+                self.dp.barrier()
+        return self._save(model)
+
+    def _save(self, model: Any) -> Path:
         return ckpt.save_checkpoint(self.out_dir, self.state, model=model, tokenizer=self.tokenizer,
                                     optimizer=self.optimizer, scheduler=self.scheduler,
                                     keep=self.config.keep_checkpoints)
@@ -593,7 +712,7 @@ class Trainer:
         cfg = self.config
         last_checkpoint: Path | None = None
         previous = self._install_sigint()
-        bar = _progress(cfg.total_steps, self.state.step, cfg.progress)
+        bar = _progress(cfg.total_steps, self.state.step, cfg.progress and self.is_main)
         try:
             if self.resumed_from is None:
                 self.evaluate()
@@ -605,6 +724,8 @@ class Trainer:
                 metrics = self._sft_step() if phase == "sft" else self._grpo_step()
                 self.state.step += 1
                 metrics[f"{'sft' if phase == 'sft' else 'train'}/step_s"] = time.perf_counter() - start
+                if self.dp is not None:  # a Ctrl-C seen by any rank stops every rank after this same step
+                    self._stop = self.dp.any(self._stop)
                 self.metrics.log(self.state.step, metrics)
                 if bar is not None:
                     bar.update(1)
@@ -650,25 +771,67 @@ class Trainer:
 
     def close(self) -> None:
         """Release envs, engine and files."""
+        if getattr(self, "_overlap", None) is not None:  # the rollout thread first: it uses the collector
+            self._overlap.close()
         for name in ("collector", "envs"):
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
-        self.evaluator.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
         if self._writer is not None:
             self._writer.close()
         self.metrics.close()
         for reporter in getattr(self, "_reporters", ()):
             reporter.close()
         self.engine.close()
+        if self._server is not None:
+            self._server.stop()
         if self._adapter_root is not None:  # a LoRA run's pushed adapter folders
             shutil.rmtree(self._adapter_root, ignore_errors=True)
+        if self.dp is not None:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
     def __enter__(self) -> "Trainer":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _NoMetrics:
+    """The metrics of a data-parallel rank other than 0: rank 0 writes the run's (global) metrics."""
+
+    rows: list[dict[str, Any]] = []
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _empty_batch() -> Any:
+    """A batch of no rows (every group of this step refused or failed; under data parallelism the rank still joins
+    the step's collectives)."""
+    from gym_llm_adapters.types import RolloutBatch
+
+    return RolloutBatch(**{f.name: np.zeros((0, 0) if f.name in _TOKEN_FIELDS else (0,),
+                                            dtype=np.float32 if f.name in ("logprobs", "rewards") else np.int64)
+                           for f in dataclasses.fields(RolloutBatch) if f.default is dataclasses.MISSING})
+
+
+_TOKEN_FIELDS = ("input_ids", "attention_mask", "policy_mask", "logprobs")
+
+
+def _offset_groups(trajectories: list[Any], offset: int) -> list[Any]:
+    """``group_id + offset`` for each trajectory (a data-parallel rank's groups, numbered after the ranks before it)."""
+    if not offset:
+        return trajectories
+    return [dataclasses.replace(t, group_id=t.group_id + offset) for t in trajectories]
 
 
 def _progress(total: int, initial: int, enabled: bool):
