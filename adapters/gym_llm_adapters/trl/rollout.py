@@ -139,9 +139,10 @@ class EnvRolloutFunc:
         seed: ``"trainer"`` (default): sampling seeds derive from ``args.seed``, the call count and the process
             index, so runs are reproducible; an int: the same from that seed; None: unseeded sampling (vLLM on GPU
             is a little faster without per-request seeds).
-        writer: a :class:`~gym_llm_adapters.rollout_io.RolloutWriter`; every call's trajectories are appended
-            (one file per process in distributed runs). Export them for SFT with
-            :func:`~gym_llm_adapters.trl.sft.sft_dataset`.
+        writer: a :class:`~gym_llm_adapters.rollout_io.RolloutWriter`; every call's trajectories are appended.
+            Export them for SFT with :func:`~gym_llm_adapters.trl.sft.sft_dataset`. In a multi-process run each
+            process needs its own file (two writers on one file interleave their batches and headers): the first
+            call refuses a file another process of the run also writes (``ValueError``, with the fix).
 
     Attributes:
         last_trajectories: the last call's trajectories (``group_id`` = the TRL group within the call, ``round``
@@ -169,11 +170,15 @@ class EnvRolloutFunc:
         self._envs: dict[int, Any] = {}
         self._index: PromptIndex | None = None
         self._engines: dict[Any, Any] = {}
+        self._writer_checked = False
 
     # ---------------------------------------------------------------------------------- TRL
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """TRL's entry point: one episode per prompt with the trainer's generation; TRL's output fields."""
         args = trainer.args
+        if self.writer is not None and not self._writer_checked:
+            _refuse_shared_writer(self.writer, trainer.accelerator)
+            self._writer_checked = True
         sampling = sampling_from_trainer(args, self.max_tokens_per_turn)
         group_size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         base = args.seed if self.seed == "trainer" else self.seed
@@ -262,6 +267,29 @@ def _assign_groups(trajectories: list[Trajectory], prompts: Sequence[Any], group
         trajectory.group_id, trajectory.round = group, round_
         for step in trajectory.steps:
             step.group_id, step.round = group, round_
+
+
+def _refuse_shared_writer(writer: RolloutWriter, accelerator: Any) -> None:
+    """Raise ``ValueError`` on every process when two processes of the run write one rollout file (same host, same
+    resolved path): their writers would interleave batches under one header and break each other's commit lines.
+    A collective (``gather_object``): every process must call it, as every process calls the rollout function."""
+    if accelerator.num_processes < 2:
+        return
+    import socket
+    from pathlib import Path
+
+    from accelerate.utils import gather_object
+
+    mine = (socket.gethostname(), str(Path(writer.path).resolve()))
+    everyone = gather_object([mine])  # one entry per process, in process order
+    shared = [rank for rank, where in enumerate(everyone) if where[1] == mine[1] and where[0] == mine[0]]
+    if len(shared) > 1:
+        raise ValueError(
+            f"EnvRolloutFunc: processes {shared} of this {accelerator.num_processes}-process run all write the rollout "
+            f"file {mine[1]!r}; expected one file per process. Fix: name the file by process with the trainer "
+            "config's process index, e.g. RolloutWriter(f\"runs/rollouts.rank{args.process_index}.jsonl\") for "
+            "args = GRPOConfig(...), and read the files one by one with read_rollouts."
+        )
 
 
 def _model_vocab(model: Any) -> int:
