@@ -1,5 +1,5 @@
 """GRPO in your own loop, from the library's pieces: engine, vector env with GRPO groups, Collector, MCAdvantage,
-ReferenceKL, GRPOLoss, token_logprobs and WeightSync — the README's adapter snippet, made runnable.
+ReferenceKL, GRPOLoss, token_logprobs and WeightSync — the snippet of docs/adapters.md, made runnable.
 
     python examples/grpo_own_loop.py                   # SFT warm start + 30 GRPO steps: about a minute on 2 CPU cores
     python examples/grpo_own_loop.py --tiny            # the CI smoke run: a few steps of each phase

@@ -32,9 +32,11 @@ token_id = 5
 
 
 def quickstart_blocks() -> list[str]:
+    """The README's Quickstart, then docs/envs.md (the envs in code, which the Quickstart links to)."""
     text = (REPO / "README.md").read_text()
     section = text[text.index("## Quickstart"): text.index("\n## ", text.index("## Quickstart") + 5)]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    envs = (REPO / "docs" / "envs.md").read_text()
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S) + re.findall(r"```python\n(.*?)```", envs, flags=re.S)
 
 
 def _env() -> dict[str, str]:
