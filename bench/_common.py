@@ -3,9 +3,14 @@ batch, and a timer."""
 
 from __future__ import annotations
 
+import datetime
 import gc
+import json
 import os
+import shlex
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -102,3 +107,59 @@ def summary(times: list[float]) -> str:
 def describe_machine() -> str:
     return (f"torch {torch.__version__}, {torch.get_num_threads()} threads "
             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), {os.cpu_count()} CPUs")
+
+
+def provenance(script: str) -> dict[str, str]:
+    """The command, machine, commit and date every number of ``bench/<script>`` belongs to (printed, and kept for
+    the JSON record)."""
+    from gym_llm_adapters.engines import cpu_paths
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else "?"
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    info = {
+        "command": ((f"OMP_NUM_THREADS={threads} " if threads else "") + f"python bench/{script} "
+                    + shlex.join(sys.argv[1:])).strip(),
+        "machine": cpu_paths.describe(), "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "commit": git("rev-parse", "--short", "HEAD") + ("+uncommitted" if git("status", "--porcelain") else ""),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    for key, value in info.items():
+        print(f"{key}: {value}")
+    return info
+
+
+RECORD_FIELDS = ("kind", "title", "command", "machine", "commit", "date", "source", "rows")
+
+
+def bench_record(script: str, *, title: str, order: int, rows: list[dict[str, object]], notes: str = "",
+                 figures: object = None, kind: str = "benchmark") -> dict[str, object]:
+    """A record of ``bench/<script>``'s run in the schema of ``scripts/render_benchmarks.py``: its provenance
+    (:func:`provenance`), ``source: "run"``, the table's ``rows`` (``what``, ``ours``, ``baseline``, ``ratio``,
+    ``target``, ``other``; ``headline`` for the README's table) and the raw ``figures``."""
+    info = provenance(script)
+    record: dict[str, object] = {"schema": 1, "kind": kind, "order": order, "title": title, **info,
+                                 "source": "run", "rows": rows}
+    if notes:
+        record["notes"] = notes
+    if figures is not None:
+        record["figures"] = figures
+    return record
+
+
+def write_record(path: str | Path, record: dict[str, object]) -> None:
+    """Write ``record`` (see :func:`bench_record`) as JSON to ``path``, creating its folder; a record without the
+    provenance every number needs is a ``ValueError``."""
+    missing = [key for key in RECORD_FIELDS if record.get(key) in (None, "")]
+    if missing:
+        raise ValueError(f"a benchmark record needs {', '.join(RECORD_FIELDS)}; this one lacks {', '.join(missing)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": 1, **record}, indent=1, ensure_ascii=False, default=float) + "\n")
+    print(f"wrote {path}")

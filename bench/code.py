@@ -20,7 +20,6 @@ elsewhere) gives the estimate.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -82,7 +81,8 @@ def main() -> None:
     parser.add_argument("--gen-batch", type=int, default=64, help="prompts per vLLM call (default 64)")
     parser.add_argument("--tokens-per-s", type=float, default=None,
                         help="without --generate: a generation throughput measured elsewhere, for the ratio")
-    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the record here (bench/results/code.json; see scripts/render_benchmarks.py)")
     args = parser.parse_args()
 
     envs = gym.make_vec("LLMCode-v0", num_envs=args.num_envs, vectorization_mode="vector_entry_point")
@@ -130,7 +130,19 @@ def main() -> None:
                       grading_over_generation=wall / generation_s)
         print(f"grading / generation = {wall:.2f} s / {generation_s:.1f} s = {wall / generation_s:.3f}")
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1))
+        from _common import bench_record, write_record
+
+        row = {"what": f"`LLMCode-v0` grading: the {len(solutions)} canonical HumanEval solutions through the native "
+                       f"vector env, B={args.num_envs} (each program in a sandbox, its tests in another)",
+               "ours": f"**{result['problems_per_s']:.0f} problems/s, {result['tests_per_s']:.0f} tests/s**, p50 "
+                       f"{result['grading_p50_ms']:.0f} ms per problem"}
+        if generation_s is not None:
+            how = "SmolLM2-135M on vLLM generating" if args.generate else "at --tokens-per-s, generating"
+            row.update(baseline=f"{how} the {len(solutions)} replies, {args.max_tokens} tokens each: "
+                                f"{generation_s:.0f} s ({tokens_per_s:.0f} tok/s)",
+                       ratio=f"grading / generation **{wall / generation_s:.3f}**")
+        write_record(args.json, bench_record("code.py", title="`LLMCode-v0` grading against generation", order=130,
+                                             rows=[row], figures=result))
 
 
 if __name__ == "__main__":

@@ -112,6 +112,9 @@ def main() -> None:
                              "folder, instead of the tiny model")
     parser.add_argument("--gsm8k", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"),
                         help="GSM8K jsonl (falls back to generated gsm_symbolic problems)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/collector.json for the tiny model, "
+                             "collector_smollm2.json for SmolLM2; see scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     if args.model == "smollm2":
@@ -137,6 +140,23 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for kind, ours, raw, ratio, outside in rows:
         print(f"| {kind} | {ours:.0f} | {raw:.0f} | {ratio:.3f} | {100 * outside:.1f}% |")
+    if args.json:
+        from _common import bench_record, write_record
+
+        names = {"vllm": "vLLM", "hf": "transformers"}
+        shape = f"N={args.num_envs} G={args.group_size}"
+        table = [{"what": f"collector vs raw `generate`, {names.get(kind, kind)}, {model.name}, {shape}",
+                  "ours": f"{ours:.0f} tok/s, {100 * outside:.1f}% of wall outside generate",
+                  "baseline": f"raw {names.get(kind, kind)} `generate` {raw:.0f} tok/s", "ratio": f"**{ratio:.2f}**",
+                  "target": "≥ 0.95",
+                  **({"headline": True, "headline_what": f"collector tokens/s, vLLM, N={args.num_envs}",
+                      "headline_ratio": f"**{ratio:.2f}** of raw vLLM `generate`"}
+                     if kind == "vllm" and not args.model else {})}
+                 for kind, ours, raw, ratio, outside in rows]
+        figures = [{"engine": kind, "collector_tok_s": ours, "generate_tok_s": raw, "ratio": ratio,
+                    "outside_generate": outside} for kind, ours, raw, ratio, outside in rows]
+        write_record(args.json, bench_record("collector.py", title=f"Collector against raw `generate`, {model.name}, "
+                                             f"{shape}", order=60, rows=table, figures=figures))
 
 
 if __name__ == "__main__":

@@ -85,16 +85,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
     parser.add_argument("--repeats", type=int, default=2, help="calls per shape (the best is kept)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/cpu_block_size.json; see "
+                             "scripts/render_benchmarks.py)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "adapters"))
     from gym_llm_adapters.engines import cpu_paths
 
     print(f"CPU: {cpu_paths.cpu_model()}; paths: {cpu_paths.describe()}")
     print(f"{'model':8} {'call':13} {'block 128 (s)':>13} {'block 32 (s)':>12} {'ratio':>6}")
+    figures, rows = {}, []
     for model in args.models.split(","):
         default, ours = measure(model, 128, args.repeats), measure(model, cpu_paths.CPU_BLOCK_SIZE, args.repeats)
         for name, *_ in CALLS:
             print(f"{model:8} {name:13} {default[name]:13.2f} {ours[name]:12.2f} {default[name] / ours[name]:5.2f}x")
+        figures[model] = {"block_128_s": default, f"block_{cpu_paths.CPU_BLOCK_SIZE}_s": ours}
+        rows.append({"what": f"{model}: KV-cache blocks of {cpu_paths.CPU_BLOCK_SIZE} tokens vs vLLM's 128, `generate` "
+                             f"on fresh prompts ({' / '.join(name for name, *_ in CALLS)})",
+                     "ours": " / ".join(f"{ours[name]:.2f} s" for name, *_ in CALLS),
+                     "baseline": "block 128, same run: " + " / ".join(f"{default[name]:.2f} s" for name, *_ in CALLS),
+                     "ratio": " / ".join(f"**{default[name] / ours[name]:.2f}x**" for name, *_ in CALLS)})
+    if args.json:
+        from _common import bench_record, write_record
+
+        write_record(args.json, bench_record("cpu_block_size.py", title="vLLM-CPU KV-cache block size", order=70,
+                                             rows=rows, figures=figures))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--steps", type=int, default=100, help="timed vector steps per measurement")
     parser.add_argument("--data-files", default=None)
-    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/env_overhead.json; see "
+                             "scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     data_files = args.data_files or _default_data()
@@ -99,7 +101,22 @@ def main() -> None:
             print(f"{env_id:<13}{baseline_name + ' (' + mode + ')':<22}{batch_size:>4}{cpu_ours:>12.1f}"
                   f"{cpu_theirs:>12.1f}{ratio:>7.1f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        from _common import bench_record, write_record
+
+        write_record(args.json, bench_record("env_overhead.py", title="Env overhead per sample", order=10,
+                                             rows=[table_row(row) for row in rows], figures=rows))
+
+
+def table_row(row: dict) -> dict:
+    """One measurement as a row of the benchmark document; B=64's GSM8K and Chat (text) rows are headlines."""
+    headline = row["batch_size"] == 64 and row["baseline"] != "ChatEnv (history)"
+    name, mode = row["baseline"].rstrip(")").split(" (")
+    return {"what": f"env overhead per sample, `{row['env']}`, B={row['batch_size']}",
+            "ours": f"{row['ours_cpu_us']:.1f} µs CPU",
+            "baseline": f"TorchRL `{name}` ({mode}) {row['torchrl_cpu_us']:.0f} µs",
+            "ratio": f"**{row['ratio']:.0f}x**", "target": "≥ 50x" if row["batch_size"] == 64 else "",
+            **({"headline": True, "headline_ratio": f"**{row['ratio']:.0f}x** faster than TorchRL's `{name}` ({mode})"}
+               if headline else {})}
 
 
 if __name__ == "__main__":

@@ -136,7 +136,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=None, help="vector steps (default: one pass over the tasks)")
     parser.add_argument("--repeats", type=int, default=20, help="rounds of the math-verify comparison")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help="write the record to PATH (bench/results/grading.json; see scripts/render_benchmarks.py); "
+                             "alone, print the raw figures as JSON instead of the report")
     args = parser.parse_args()
     data = args.data_files or _default_data()
     rows = [json.loads(line) for line in Path(data).read_text().splitlines() if line.strip()]
@@ -152,7 +154,7 @@ def main() -> None:
         "deadline_overhead_ms_per_check": overhead * 1e3, "deadline_overhead_fraction_of_check": overhead / direct,
         "hook_inline_us_per_sample": inline * 1e6, "hook_isolated_us_per_sample": isolated * 1e6,
     }
-    if args.json:
+    if args.json == "-":
         print(json.dumps(result))
         return
     from gym_llm_adapters.engines import cpu_paths
@@ -168,6 +170,19 @@ def main() -> None:
     print(f"a user shaping hook (reward_fn) on the same steps, wall time per sample: in the env's thread "
           f"{inline * 1e6:.0f} us, in its deadline worker (the default) {isolated * 1e6:.0f} us -> "
           f"{(isolated - inline) * 1e6:+.0f} us per call ({isolated / inline:.2f}x the step)")
+    if args.json:
+        from _common import bench_record, write_record
+
+        rows = [{"what": f"GSM8K grading deadline, B={args.batch}, {graded:,} real solutions",
+                 "ours": f"env step {per_sample * 1e6:.1f} µs CPU per sample; {worker_calls} grades took the "
+                         "deadline path",
+                 "ratio": f"**{result['deadline_cost_fraction_of_gsm8k_step']:.0%} of the step**", "target": "< 5%"},
+                {"what": "a user `reward_fn` in its deadline worker (the default), same steps",
+                 "ours": f"{isolated * 1e6:.0f} µs wall per sample",
+                 "baseline": f"the hook in the env's thread (`reward_timeout_s=None`) {inline * 1e6:.0f} µs",
+                 "ratio": f"**{(isolated - inline) * 1e6:+.0f} µs per call**"}]
+        write_record(args.json, bench_record("grading.py", title="Grading deadlines", order=80, rows=rows,
+                                             figures=result))
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def main() -> None:
                         help="rows per GRPO group (they share their prompt); > 1 turns on token_logprobs' share_prefix")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096, help="token_logprobs max_tokens_per_forward (0 = None)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here, one file per shape (bench/results/grpo_loss.json for the "
+                             "default, grpo_loss_<shape>.json for others; see scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     warnings.filterwarnings("ignore")
@@ -130,6 +133,28 @@ def main() -> None:
     print(f"TRL GRPOTrainer._compute_loss + backward: {summary(times['trl'])}   (same loss value: checked)")
     print(f"gym-llm token_logprobs + GRPOLoss + bwd:  {summary(times['ours'])}")
     print(f"ratio ours / TRL:                         {med['ours'] / med['trl']:6.3f}   (target <= 1.0)")
+    if args.json:
+        write_json(args, med, times)
+
+
+def write_json(args: argparse.Namespace, med: dict[str, float], times: dict[str, list[float]]) -> None:
+    """The record of this run: one row, a headline at the default shape (the small model, B=16 S=512)."""
+    import trl
+
+    from _common import bench_record, write_record
+
+    shape = f"B={args.batch} S={args.seq} V={args.vocab // 1000}k" + (
+        f" (groups of {args.group_size})" if args.group_size > 1 else "")
+    model = "" if args.model == "small" else " at a real shape: SmolLM2-135M,"
+    row = {"what": f"GRPO loss fwd+bwd{model} {shape}", "ours": f"{med['ours']:.2f} s",
+           "baseline": f"TRL {trl.__version__} `GRPOTrainer._compute_loss` + bwd {med['trl']:.2f} s",
+           "ratio": f"**{med['ours'] / med['trl']:.2f}**", "target": "≤ 1.0"}
+    if args.model == "small" and (args.batch, args.seq) == (16, 512):
+        row.update(headline=True, headline_what=f"GRPO loss fwd+bwd, {shape}",
+                   headline_ratio=f"**{med['ours'] / med['trl']:.2f}** of the time of TRL {trl.__version__}'s "
+                                  "`GRPOTrainer._compute_loss` + bwd")
+    write_record(args.json, bench_record("grpo_loss.py", title=f"GRPO loss forward and backward, {args.model} model, "
+                                         f"{shape}", order=50, rows=[row], figures={"median_s": med, "times_s": times}))
 
 
 if __name__ == "__main__":

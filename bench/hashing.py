@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128, help="P, prompt length")
     parser.add_argument("--steps", type=int, default=128, help="S, steps (tokens per sub-env)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/hashing.json; see "
+                             "scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -106,6 +109,23 @@ def main() -> None:
         ours, theirs = results[text]
         print(f"{str(text):<6}{ours:>12.0f}{theirs:>12.0f}{ours / theirs:>8.1f}x{target:>8}x")
     print("(batch steps per second; each batch step is one token for each of the B sub-envs)")
+    if args.json:
+        from _common import bench_record, write_record
+
+        (ours_raw, theirs_raw), (ours_text, theirs_text) = results[False], results[True]
+        row = {"what": f"hashing env, B={args.batch}, {args.prompt_tokens}-token prompts, steps/s",
+               "ours": f"{ours_raw:,.0f} (no text) / {ours_text:,.0f} (text)",
+               "baseline": f"TorchRL `LLMHashingEnv` {theirs_raw:,.0f} / {theirs_text:,.0f}",
+               "ratio": f"**{ours_raw / theirs_raw:.1f}x / {ours_text / theirs_text:.1f}x**",
+               "target": "≥ 3x / ≥ 10x", "headline": True,
+               "headline_what": f"hashing env steps/s, B={args.batch}, {args.prompt_tokens}-token prompts",
+               "headline_ratio": f"**{ours_raw / theirs_raw:.1f}x / {ours_text / theirs_text:.1f}x** TorchRL's "
+                                 "`LLMHashingEnv` (no text / text)"}
+        figures = {"steps_per_s": {"ours": ours_raw, "torchrl": theirs_raw, "ours_text": ours_text,
+                                   "torchrl_text": theirs_text}, "batch": args.batch,
+                   "prompt_tokens": args.prompt_tokens, "steps": args.steps, "repeat": args.repeat}
+        write_record(args.json, bench_record("hashing.py", title="Hashing env steps per second", order=30, rows=[row],
+                                             figures=figures))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="threads / processes")
     parser.add_argument("--prompts", type=int, default=541, help="prompts scored per mode")
     parser.add_argument("--repeat", type=int, default=3, help="runs per mode (round-robin); the best is reported")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/ifeval.json; see scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     load_before = os.getloadavg()
@@ -103,6 +105,18 @@ def main() -> None:
                        (f"vector env, {args.workers} processes", procs)]:
         print(f"{name:<34}{rate:>10.1f}{rate / serial:>10.2f}x")
     print(f"parallel/serial ratio: {procs / serial:.2f}x (processes), {threads / serial:.2f}x (threads)")
+    if args.json:
+        from _common import bench_record, write_record
+
+        row = {"what": f"IFEval scoring, {args.prompts} prompts",
+               "ours": f"{args.workers} processes {procs:.0f} prompts/s",
+               "baseline": f"serial {serial:.0f} prompts/s", "ratio": f"**{procs / serial:.2f}x**",
+               "other": f"{args.workers} threads {threads:.0f} prompts/s ({threads / serial:.2f}x); `evaluate()` loop, "
+                        f"no env, {base:.0f} prompts/s"}
+        figures = {"prompts_per_s": {"serial": serial, "threads": threads, "processes": procs, "evaluate": base},
+                   "prompts": args.prompts, "num_envs": args.num_envs, "workers": args.workers}
+        write_record(args.json, bench_record("ifeval.py", title="IFEval scoring", order=100, rows=[row],
+                                             figures=figures))
 
 
 if __name__ == "__main__":

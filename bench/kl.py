@@ -87,6 +87,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=1,
                         help="rows per GRPO group (they share their prompt); > 1 turns on ReferenceKL's share_prefix")
     parser.add_argument("--skip-torchrl", action="store_true")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here, one file per shape (bench/results/kl.json for the default, "
+                             "kl_<shape>.json for others; see scripts/render_benchmarks.py)")
     args = parser.parse_args()
     print(f"machine: {cpu_paths.describe()}")  # every number below is this machine's
     warnings.filterwarnings("ignore")
@@ -134,6 +137,32 @@ def main() -> None:
     if "torchrl" in times:
         print(f"TorchRL RetrieveLogProb + KLComputation: {summary(times['torchrl'])}   (same per-sequence KL: checked)")
         print(f"speed-up ours vs TorchRL:                {med['torchrl'] / med['ours']:6.2f}x  (target >= 2)")
+    if args.json:
+        write_json(args, med, times)
+
+
+def write_json(args: argparse.Namespace, med: dict[str, float], times: dict[str, list[float]]) -> None:
+    """The record of this run: one row, a headline at the default shape (the small model, B=16 S=512)."""
+    from _common import bench_record, write_record
+
+    shape = f"B={args.batch} S={args.seq} V={args.vocab // 1000}k" + (
+        f" (groups of {args.group_size})" if args.group_size > 1 else "")
+    model = "" if args.model == "small" else " at a real shape: SmolLM2-135M,"
+    row = {"what": f"reference KL{model} {shape}", "ours": f"{med['ours']:.2f} s",
+           "baseline": f"raw reference forward {med['raw']:.2f} s",
+           "ratio": f"**{med['ours'] / med['raw']:.2f} of raw**",
+           "target": "≤ 1.1 of raw"}
+    if "torchrl" in med:
+        row["baseline"] += f"; TorchRL `RetrieveLogProb`+`KLComputation` {med['torchrl']:.2f} s"
+        row["ratio"] += f", **{med['torchrl'] / med['ours']:.2f}x** vs TorchRL"
+        row["target"] += ", ≥ 2x vs TorchRL"
+        if args.model == "small" and (args.batch, args.seq) == (16, 512):
+            row.update(headline=True, headline_what=f"reference KL, {shape}",
+                       headline_ratio=f"**{med['torchrl'] / med['ours']:.2f}x** TorchRL's "
+                                      f"`RetrieveLogProb`+`KLComputation`; {med['ours'] / med['raw']:.2f} of a raw "
+                                      "forward")
+    write_record(args.json, bench_record("kl.py", title=f"Reference KL, {args.model} model, {shape}", order=40,
+                                         rows=[row], figures={"median_s": med, "times_s": times}))
 
 
 if __name__ == "__main__":

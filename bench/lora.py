@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -473,27 +471,9 @@ def explain(settings: Settings, results: dict[str, dict[str, Any]], figures: dic
 
 def header(settings: Settings) -> dict[str, str]:
     """The command, machine, commit and date every number belongs to (printed, and kept for the JSON record)."""
-    import torch
+    from _common import provenance
 
-    from gym_llm_adapters.engines import cpu_paths
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else "?"
-
-    threads = os.environ.get("OMP_NUM_THREADS")
-    info = {
-        "command": ((f"OMP_NUM_THREADS={threads} " if threads else "") + "python bench/lora.py "
-                    + shlex.join(sys.argv[1:])).strip(),
-        "machine": cpu_paths.describe(), "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
-        "commit": git("rev-parse", "--short", "HEAD") + ("+uncommitted" if git("status", "--porcelain") else ""),
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-    }
-    for key, value in info.items():
-        print(f"{key}: {value}")
-    return info
+    return provenance("lora.py")
 
 
 def parse_args() -> tuple[Settings, Path | None]:
@@ -548,9 +528,38 @@ def main() -> None:
     explain(settings, results, figures)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if json_path is not None:
-        record = {"bench": "lora", **info, "settings": dataclasses.asdict(settings), **figures, "runs": results}
-        json_path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {json_path}")
+        from _common import write_record
+
+        record = {"kind": "benchmark", "order": 120, "title": f"LoRA against a full fine-tune: one GRPO step, "
+                  f"{settings.model}", **info, "source": "run", "rows": [table_row(settings, figures)],
+                  "bench": "lora", "settings": dataclasses.asdict(settings), **figures, "runs": results}
+        write_record(json_path, record)
+
+
+def table_row(settings: Settings, figures: dict[str, Any]) -> dict[str, Any]:
+    """The run as a row of the benchmark document (scripts/render_benchmarks.py); SmolLM2's is a headline."""
+    f, lo, r = figures["full"], figures["lora"], figures["ratios"]
+
+    def side(x: dict[str, float]) -> str:
+        return (f"push {x['push_bytes'] / 2**20:.1f} MiB in {x['push_s'] * 1e3:.1f} ms; peak RSS {x['peak_mib']:,.0f} "
+                f"MiB ({x['peak_less_engine_mib']:,.0f} less the engine; training's own "
+                f"{x['training_peak_mib']:,.0f}); "
+                f"step {x['step_s']:.1f} s")
+
+    row = {"what": f"LoRA (rank {settings.rank}, every linear layer) against a full fine-tune: one GRPO step of "
+                   f"{settings.model} ({settings.groups} x {settings.group_size} episodes), each side in a fresh "
+                   "process",
+           "ours": side(lo), "baseline": "the full fine-tune, same run: " + side(f),
+           "ratio": f"push bytes **{r['push_bytes']:.3f}x**, push time **{r['push_s']:.2f}x**, peak RSS "
+                    f"**{r['peak_mib']:.2f}x**, {r['peak_less_engine_mib']:.2f}x less the engine, "
+                    f"step {r['step_s']:.2f}x",
+           "target": ", ".join(f"{key} ≤ {goal['goal']}x: {'met' if goal['held'] else 'missed'}"
+                               for key, goal in figures["goals"].items())}
+    if settings.model == "smollm2" and settings.rank == 16:
+        row.update(headline=True, headline_what="LoRA rank 16 vs full fine-tune, SmolLM2-135M, weight push",
+                   headline_ratio=f"push bytes **{r['push_bytes']:.3f}x**, push time {r['push_s']:.2f}x; peak RSS "
+                                  f"{r['peak_mib']:.2f}x")
+    return row
 
 
 if __name__ == "__main__":

@@ -166,6 +166,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="timed rounds (B episodes each) for gym-llm")
     parser.add_argument("--torchrl-rounds", type=int, default=6, help="timed rounds for TorchRL")
     parser.add_argument("--no-persistent", action="store_true", help="skip TorchRL's persistent mode")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/python_tool.json; see "
+                             "scripts/render_benchmarks.py)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from gym_llm_adapters.engines import cpu_paths
@@ -187,6 +190,29 @@ def main() -> None:
     warm = warm_call_latency()
     print(f"{warm.name}: p50 {warm.percentile(0.5) * 1e3:.3f} ms, p95 {warm.percentile(0.95) * 1e3:.3f} ms "
           f"over {len(warm.latencies_s)} calls")
+    if args.json:
+        write_json(args.json, args.batch, ours, baselines, warm)
+
+
+def write_json(path: str, batch: int, ours: Result, baselines: list[Result], warm: Result) -> None:
+    """The record of this run (the first baseline, TorchRL's subprocess-per-block mode, is the headline's)."""
+    from _common import bench_record, write_record
+
+    def figures(result: Result) -> dict:
+        return {"name": result.name, "episodes_per_s": result.episodes_per_s, "p50_ms": result.percentile(0.5) * 1e3,
+                "p95_ms": result.percentile(0.95) * 1e3, "calls": len(result.latencies_s)}
+
+    rows = [{"what": f"Python tool, B={batch}, episodes/s ({base.name})",
+             "ours": f"{ours.episodes_per_s:.0f} ep/s, call p50 {ours.percentile(0.5) * 1e3:.1f} ms (sandboxed)",
+             "baseline": f"{base.episodes_per_s:.1f} ep/s, p50 {base.percentile(0.5) * 1e3:.1f} ms",
+             "ratio": f"**{ours.episodes_per_s / base.episodes_per_s:.1f}x**", "target": "≥ 3x",
+             **({"headline": True, "headline_what": f"Python tool episodes/s, B={batch} (sandboxed)",
+                 "headline_ratio": f"**{ours.episodes_per_s / base.episodes_per_s:.1f}x** TorchRL's "
+                                   "`PythonInterpreter` (unsandboxed)"} if i == 0 else {})}
+            for i, base in enumerate(baselines)]
+    write_record(path, bench_record("python_tool.py", title="Python tool: episodes per second", order=20, rows=rows,
+                                    figures={"ours": figures(ours), "baselines": [figures(b) for b in baselines],
+                                             "warm_call": figures(warm)}))
 
 
 if __name__ == "__main__":

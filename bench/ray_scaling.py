@@ -144,7 +144,7 @@ def rate(collector, seconds: float) -> float:
     return episodes / (time.perf_counter() - start)
 
 
-def run(scenario: Scenario, args, ray) -> None:
+def run(scenario: Scenario, args, ray) -> dict[str, Any]:
     import gymnasium as gym
 
     from gym_llm_adapters.collector import Collector
@@ -181,10 +181,11 @@ def run(scenario: Scenario, args, ray) -> None:
     for collector in configs.values():
         collector.close()
     engines.close()
-    report(rates, step_s, scenario.latency_s)
+    return {"scenario": scenario.name, "latency_s": scenario.latency_s, **report(rates, step_s, scenario.latency_s)}
 
 
-def report(rates: dict[str, list[float]], step_s: dict[str, tuple[float, float]], latency_s: float) -> None:
+def report(rates: dict[str, list[float]], step_s: dict[str, tuple[float, float]], latency_s: float) -> dict[str, Any]:
+    """Prints the scenario's table and ratios; returns them (the figures of the JSON record)."""
     def ratio(a: str, b: str) -> float:  # median of the per-repeat ratios (both measured back to back)
         return statistics.median(y / x for x, y in zip(rates[b], rates[a]))
 
@@ -199,7 +200,27 @@ def report(rates: dict[str, list[float]], step_s: dict[str, tuple[float, float]]
     print(f"ray x2 / in-process 2N = {ratio('ray x2', 'in-process 2N'):.2f}")
     print(f"ray x2 / in-process 2xN overlap = {ratio('ray x2', 'in-process 2xN overlap'):.2f}")
     print(f"ray x1 / in-process N = {ratio('ray x1', 'in-process N'):.2f} (the Ray hops' cost)")
+    return {"episodes_per_s": {name: statistics.median(rates[name]) for name in CONFIGS}, "step_s": step_s,
+            "x2_over_x1": ratio("ray x2", "ray x1"), "bound": bound,
+            "x2_over_in_process_2n": ratio("ray x2", "in-process 2N"),
+            "x2_over_overlap": ratio("ray x2", "in-process 2xN overlap"),
+            "x1_over_in_process_n": ratio("ray x1", "in-process N")}
 
+
+def table_row(result: dict[str, Any]) -> dict[str, Any]:
+    """A scenario's row of the benchmark document (the env-bound verifier's is a headline)."""
+    rates = result["episodes_per_s"]
+    kind = {"tool": f"engine-bound (tool, L={result['latency_s']:g} s)", "verifier": "env-bound (Python verifier)"}
+    row = {"what": f"Ray scale-out, {kind.get(result['scenario'], result['scenario'])}",
+           "ours": f"2 env workers {rates['ray x2']:.1f} ep/s",
+           "baseline": f"1 worker {rates['ray x1']:.1f} ep/s; in-process 2N {rates['in-process 2N']:.1f}, overlap "
+                       f"{rates['in-process 2xN overlap']:.1f} ep/s",
+           "ratio": f"**{result['x2_over_x1']:.2f}x** (no-parallel-env bound {result['bound']:.2f})",
+           "target": "≥ 1.7x"}
+    if result["scenario"] == "verifier":
+        row.update(headline=True, headline_what="Ray scale-out, env-bound, 2 env workers",
+                   headline_ratio=f"**{result['x2_over_x1']:.2f}x** one worker")
+    return row
 
 def start_ray(address: str | None) -> Any:
     import ray
@@ -226,6 +247,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="timed collection per configuration and repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--address", default=None, help="an existing Ray cluster (default: start a local one)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the record here (bench/results/ray_scaling.json; see "
+                             "scripts/render_benchmarks.py)")
     args = parser.parse_args()
 
     import gym_llm  # noqa: F401
@@ -237,10 +261,14 @@ def main() -> None:
           "repeats per configuration", flush=True)
     ray = start_ray(args.address)
     try:
-        for scenario in scenarios(args, tok):
-            run(scenario, args, ray)
+        results = [run(scenario, args, ray) for scenario in scenarios(args, tok)]
     finally:
         ray.shutdown()
+    if args.json:
+        from _common import bench_record, write_record
+
+        write_record(args.json, bench_record("ray_scaling.py", title="Ray scale-out", order=90,
+                                             rows=[table_row(result) for result in results], figures=results))
 
 
 if __name__ == "__main__":
