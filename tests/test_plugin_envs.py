@@ -143,3 +143,18 @@ def test_gym_llm_eval_takes_it(site):
                "--n", "2", "--max-new-tokens", "8")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "MyReverse-v0" in done.stdout + done.stderr
+
+
+def test_the_servers_and_integrations_know_it(site):
+    """OpenEnv's server (`gym-llm serve`), SkyRL's registry and verifiers' env list read the same registry as
+    `gym-llm list`: a plugin's env is servable and registered there too."""
+    code = textwrap.dedent("""
+        import gym_llm
+        from gym_llm.integrations._openenv_server import _check_servable
+        from gym_llm.integrations.verifiers import _registered_ids
+        _check_servable("MyReverse-v0", {})
+        assert "MyReverse-v0" in _registered_ids()
+        print("SERVABLE")
+    """)
+    done = run(site, "-c", code)
+    assert done.returncode == 0 and "SERVABLE" in done.stdout, done.stderr[-4000:]

@@ -200,7 +200,9 @@ class GymLLMEnvironment(Environment[GymLLMAction, GymLLMObservation, GymLLMState
     def get_metadata(self) -> EnvironmentMetadata:
         import gym_llm
 
-        info = next((i for i in gym_llm.ENVS if i.id == self.env_id), None)
+        from gym_llm.registration import registered_envs
+
+        info = next((i for i in registered_envs() if i.id == self.env_id), None)
         return EnvironmentMetadata(name=self.env_id, description=info.description if info else self.env_id,
                                    version=gym_llm.__version__, author="gym-llm")
 
@@ -217,9 +219,10 @@ class GymLLMEnvironment(Environment[GymLLMAction, GymLLMObservation, GymLLMState
 
 def _check_servable(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Make the env once: an unknown id, a bad argument or a non-text env fails now, not in the first session."""
-    import gym_llm
+    import gym_llm  # noqa: F401  (registers the ids, plugins' included)
+    from gym_llm.registration import registered_envs
 
-    ids = [info.id for info in gym_llm.ENVS]
+    ids = [info.id for info in registered_envs()]
     if env_id not in ids:
         raise ValueError(f"unknown gym_llm env id {env_id!r}; the ids are: {', '.join(ids)}.")
     if env_kwargs.get("mode", "text") != "text":

@@ -158,9 +158,10 @@ class SkyRLEnv(BaseTextEnv):
 def register(env_ids: list[str] | None = None) -> list[str]:
     """Register gym_llm ids in SkyRL's registry as ``"gym_llm/<id>"`` (all registered ids by default); returns the
     SkyRL ids. Idempotent."""
-    import gym_llm
+    import gym_llm  # noqa: F401  (registers the ids, plugins' included)
+    from gym_llm.registration import registered_envs
 
-    ids = env_ids if env_ids is not None else [info.id for info in gym_llm.ENVS]
+    ids = env_ids if env_ids is not None else [info.id for info in registered_envs()]
     out = []
     for env_id in ids:
         name = PREFIX + env_id

@@ -150,9 +150,10 @@ def _to_verifiers(messages: Sequence[Mapping[str, Any]], start: int = 0) -> list
 
 
 def _registered_ids() -> list[str]:
-    import gym_llm
+    import gym_llm  # noqa: F401  (registers the ids, plugins' included)
+    from gym_llm.registration import registered_envs
 
-    return [info.id for info in gym_llm.ENVS]
+    return [info.id for info in registered_envs()]
 
 
 class GymLLMTasksetConfig(vf.TasksetConfig):

@@ -40,12 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    import gym_llm
+    import gym_llm  # noqa: F401  (registers the ids, plugins' included)
     from gym_llm.core.extras import MissingExtraError
+    from gym_llm.registration import registered_envs
     from gym_llm_adapters.cli._common import check_paths
     from gym_llm_adapters.cli.errors import UsageError, closest
 
-    ids = [info.id for info in gym_llm.ENVS]
+    ids = [info.id for info in registered_envs()]  # gym-llm's and other packages' (gym_llm.envs entry points)
     if args.env not in ids:
         raise UsageError(f"unknown env id {args.env!r}{closest(args.env, ids)}; the registered ids are: "
                          f"{', '.join(ids)} (`gym-llm list` describes them)")
