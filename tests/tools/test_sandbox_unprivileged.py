@@ -2,7 +2,7 @@
 
 The rest of the suite runs as whoever runs it — root on these machines and in CI, where bubblewrap runs in user
 namespaces this package makes (:mod:`gym_llm.tools.sandbox.userns`) and cgroups are available. Here the same
-attacks (``test_sandbox_security.py``, ``test_sandbox_attacks.py``) and the forked REPLs' isolation
+attacks (``test_sandbox_security.py``, ``test_sandbox_attacks*.py``) and the forked REPLs' isolation
 (``test_python_fork.py``) and the copy-on-write fork's (``test_cow_fork.py``) run with no privilege at all: bubblewrap makes
 its own user namespace, every REPL is the host user, and no cgroup can be made — the limits the tool reports as in
 force there are the ones the attacks must meet. The pass starts when the suite is collected and runs beside it
@@ -21,7 +21,9 @@ from tests import background
 from tests.tools import unprivileged
 
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ["tests/tools/test_sandbox_security.py", "tests/tools/test_sandbox_attacks.py", "tests/tools/test_repl_socket.py",
+MODULES = ["tests/tools/test_sandbox_security.py", "tests/tools/test_sandbox_attacks.py",
+           "tests/tools/test_sandbox_attacks_episodes.py", "tests/tools/test_sandbox_attacks_resources.py",
+           "tests/tools/test_repl_socket.py",
            "tests/tools/test_python_fork.py", "tests/tools/test_cow_fork.py",
            "tests/tools/test_fork_budget.py", "tests/envs/test_code_attacks.py"]
 pytestmark = pytest.mark.slow
