@@ -45,7 +45,7 @@ def load_gsm8k_tasks(
     """GSM8K tasks from the first source given (see :class:`LLMGSM8KEnv` for the arguments).
 
     Raises:
-        RuntimeError: no source is reachable; the message lists the three options.
+        RuntimeError: no source is reachable; the message lists the others (source="arithmetic" works offline).
     """
     if "{question}" not in prompt_template:
         raise ValueError(f"prompt_template must contain '{{question}}', got {prompt_template!r}.")
@@ -55,10 +55,11 @@ def load_gsm8k_tasks(
         except Exception as e:
             raise RuntimeError(
                 f"Could not load GSM8K from the Hugging Face hub ({dataset_name!r}, config {dataset_config!r}, "
-                f"split {split!r}): {type(e).__name__}: {e}\nChoose one of the three sources:\n"
-                "  1. a local file:  data_files='path/to/gsm8k/test.jsonl'  (GSM8K's own jsonl, 'question'/'answer')\n"
-                "  2. the hub:       pip install 'gym-llm[datasets]' on a machine that reaches huggingface.co\n"
-                "  3. generated:     source='gsm_symbolic'  (offline, reasoning-gym: pip install 'gym-llm[gsm_symbolic]')"
+                f"split {split!r}): {type(e).__name__}: {e}\nChoose another source:\n"
+                "  1. generated:     source='arithmetic'  (offline, no extra: 'What is a + b?' in GSM8K's format)\n"
+                "  2. a local file:  data_files='path/to/gsm8k/test.jsonl'  (GSM8K's own jsonl, 'question'/'answer')\n"
+                "  3. generated:     source='gsm_symbolic'  (offline: pip install 'gym-llm[gsm_symbolic]')\n"
+                "  4. the hub:       pip install 'gym-llm[datasets]' on a machine that reaches huggingface.co"
             ) from e
 
     records = records_from_source(

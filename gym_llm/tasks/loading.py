@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["load_records", "read_jsonl", "load_hub_dataset", "records_from_source"]
+__all__ = ["load_records", "read_jsonl", "load_hub_dataset", "records_from_source", "hub_unreachable",
+           "HUB_PROBE_TIMEOUT_S"]
 
 PathLike = str | os.PathLike
 
@@ -84,14 +86,58 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     return read_jsonl(path)
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+"""How long :func:`hub_unreachable` waits for the hub's answer (the hub clients retry for about a minute instead)."""
+
+
+def _offline_flag() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hugging Face hub cannot be used from here — ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``,
+    ``TRANSFORMERS_OFFLINE``) is set, or ``HF_ENDPOINT`` (default https://huggingface.co) does not answer within
+    ``timeout_s`` — or None when it answers. The network answer is remembered for the process."""
+    if _offline_flag():
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    return _probe(os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"), float(timeout_s))
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(endpoint: str, timeout_s: float) -> str | None:
+    import urllib.error
+    import urllib.request
+
+    try:  # urllib honours HTTPS_PROXY like the hub clients do; any HTTP answer (even an error status) is an answer
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return f"{endpoint} cannot be reached ({reason})"
+    return None
+
+
 def load_hub_dataset(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
-    """Records of a hub dataset through ``datasets.load_dataset`` (needs the ``datasets`` extra)."""
+    """Records of a hub dataset through ``datasets.load_dataset`` (needs the ``datasets`` extra).
+
+    Raises:
+        ConnectionError: the hub does not answer (within :data:`HUB_PROBE_TIMEOUT_S`) and offline mode is off —
+            at once, not after the hub client's minute of retries. (With ``HF_HUB_OFFLINE=1`` a copy in the
+            ``datasets`` cache is used.)
+    """
     try:
         import datasets
     except ImportError as e:
         raise ImportError(
             f"Loading {name!r} from the Hugging Face hub needs the datasets package: pip install 'gym-llm[datasets]'."
         ) from e
+    if not _offline_flag():
+        unreachable = hub_unreachable()
+        if unreachable is not None:
+            raise ConnectionError(f"the Hugging Face hub is needed to load {name!r}, but {unreachable}; a copy "
+                                  "already in your datasets cache is used with HF_HUB_OFFLINE=1")
     dataset = datasets.load_dataset(name, config, split=split)
     return [dict(row) for row in dataset]
 

@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gym-llm",
         description="Gymnasium environments for LLM post-training: list, play, evaluate and train.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and the dependencies' messages (vLLM, torch, transformers warnings) on "
+                             "the terminal too; without it they go to the run's log file")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -87,17 +89,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "WARNING")
-    for noisy in ("httpx", "transformers"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
-    if getattr(args, "func", None) is None:
-        args.print_help()
-        return 2
-    return int(args.func(args) or 0)
+    from gym_llm_adapters.cli._output import quiet_dependencies
+
+    args = parse_args(argv)  # (imports no dependency)
+    # train and eval send the dependencies' noise to their log file (see _output.py); set before any dependency is
+    # imported, as some of its switches are read then
+    with quiet_dependencies(args.verbose or args.command not in ("train", "eval")):
+        level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "WARNING")
+        for noisy in ("httpx", "transformers"):
+            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        if getattr(args, "func", None) is None:
+            args.print_help()
+            return 2
+        return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -78,13 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import gym_llm  # noqa: F401
-    from gym_llm_adapters.engines import SamplingConfig
-    from gym_llm_adapters.rollout_io import RolloutWriter
-    from gym_llm_adapters.training.evaluation import Evaluator
-    from gym_llm_adapters.training.metrics import plot_reward_histogram
-    from gym_llm_adapters.training.setup import build_engine, resolve_device
 
-    # every input is checked before a model is loaded or an engine started
+    # every input is checked before a model is loaded or an engine started (or torch imported: a bad --model fails
+    # in seconds)
     check_env(args.env, "eval")
     kwargs = env_kwargs_from(args)
     check_paths(kwargs)
@@ -97,6 +93,16 @@ def run(args: argparse.Namespace) -> int:
     args.max_seq_len = fit_seq_len(args.max_seq_len, longest, default=4096, max_new_tokens=args.max_new_tokens)
     probe_env(args.env, kwargs, mode="tokens", tokenizer=tokenizer, max_seq_len=args.max_seq_len,
               max_action_tokens=args.max_new_tokens)
+    from gym_llm_adapters.cli._output import log_to
+    from gym_llm_adapters.engines import SamplingConfig
+    from gym_llm_adapters.rollout_io import RolloutWriter
+    from gym_llm_adapters.training.evaluation import Evaluator
+    from gym_llm_adapters.training.metrics import plot_reward_histogram
+    from gym_llm_adapters.training.setup import build_engine, resolve_device
+
+    # the dependencies' messages (not with -v): beside --out, else a temporary file
+    log_to(None if args.out is None else args.out.with_name(args.out.stem + ".log"), append=args.append,
+           command="eval")
     device = resolve_device(args.device)
     kind = engine_kind(args)
     engine = build_engine(kind, model_dir, device=device, dtype=dtype_for(args, device), seed=args.seed,

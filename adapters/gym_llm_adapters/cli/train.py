@@ -396,7 +396,10 @@ def run(args: argparse.Namespace) -> int:
         _check_judge(config, args.env)
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from gym_llm_adapters.cli._output import log_to
     from gym_llm_adapters.training.checkpoint import CheckpointError
+
+    log_to(config.out_dir / "train.log", command="train")  # the dependencies' messages, from here on (not with -v)
 
     try:
         trainer = Trainer(config, resume=args.resume)  # a resumed run's state files are read (as data) here

@@ -7,7 +7,9 @@
   GGUF, converted once into a normal checkpoint (:func:`gym_llm_adapters.models.smollm2.smollm2_model_dir`).
 * an existing folder — used as it is; a ``gym-llm train`` run folder (``OUT``) means its newest checkpoint
   (``OUT/checkpoints/LATEST``).
-* anything else — returned unchanged, so transformers/vLLM treat it as a hub id (needs a hub).
+* anything else — returned unchanged, so transformers/vLLM treat it as a hub id. When the hub does not answer
+  (:func:`gym_llm.tasks.loading.hub_unreachable`: a few seconds, not the hub client's minute of retries), a copy in
+  the local hub cache is used in offline mode; without one, a ``ValueError`` says the fix.
 
 Embedded names are listed in :data:`EMBEDDED_MODELS`; more register there (:func:`register_model`).
 """
@@ -69,4 +71,40 @@ def resolve_model(spec: str | Path) -> str:
                 f"save_pretrained wrote, or one of the embedded names: {', '.join(EMBEDDED_MODELS)}."
             )
         return str(path)
+    if text.count("/") == 1 and not text.startswith(("/", ".", "~")):  # reads as a hub id, org/name
+        _check_hub_model(text)
     return text
+
+
+def _check_hub_model(repo_id: str) -> None:
+    """A hub id can be loaded from here: the hub answers, or its files are in the local hub cache (then offline mode
+    is switched on, so that transformers and vLLM read the cache without retrying the hub). Else a ``ValueError``."""
+    import logging
+    import os
+
+    from gym_llm.tasks.loading import hub_unreachable
+
+    unreachable = hub_unreachable()
+    if unreachable is None:
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # not a valid repo id, or no huggingface_hub
+        cached = False
+    if cached:
+        if os.environ.get("HF_HUB_OFFLINE") != "1":
+            logging.getLogger(__name__).warning("--model %s: the hub cannot be used (%s); reading the copy in the "
+                                                "local hub cache (offline mode)", repo_id, unreachable)
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True  # read when a download starts, if imported already
+        return
+    raise ValueError(
+        f"--model {repo_id!r}: not a local folder, and a hub id needs the Hugging Face hub, but {unreachable} and "
+        "the model is not in the local hub cache. Pass a folder that save_pretrained wrote (download it where the "
+        f"hub answers: huggingface-cli download {repo_id} --local-dir DIR, then --model DIR), or an embedded model "
+        f"that needs no hub: {', '.join(EMBEDDED_MODELS)}."
+    )
