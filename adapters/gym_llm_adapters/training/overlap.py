@@ -62,6 +62,7 @@ class OverlappedRollouts:
             raise ValueError(f"OverlappedRollouts needs k >= 1 (k = 0 is the synchronous loop), got {k}.")
         self.collector, self.engine, self.k = collector, engine, int(k)
         self._base = int(engine.version)
+        self.last_push_wait_s = 0.0
         self._lock = threading.Lock()  # one generation or one push at a time
         self._ready = threading.Condition()  # a push happened (a gated batch may start), or stop
         self._out: queue.Queue[_Batch | BaseException] = queue.Queue()
@@ -110,7 +111,9 @@ class OverlappedRollouts:
 
     def push(self, sync: Any) -> int:
         """Push the trainer's weights (waits for the generation in flight), then let gated batches start."""
+        start = time.perf_counter()
         with self._lock:
+            self.last_push_wait_s = time.perf_counter() - start  # the generation in flight, finishing
             version = sync.push()
         with self._ready:
             self._ready.notify_all()

@@ -160,6 +160,8 @@ class StepsMixin:
             log_ratio_max = self.dp.max(log_ratio_max)
         version = self.sync.push() if self._overlap is None else self._overlap.push(self.sync)
         clock.lap("sync")
+        if self._overlap is not None:  # the part of "sync" spent waiting for the batch in flight to finish
+            metrics["time/overlap_push_wait_s"] = self._overlap.last_push_wait_s
         if self._writer is not None:
             self._writer.write(written)
             self.state.rollout_records += len(written)

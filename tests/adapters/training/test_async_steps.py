@@ -138,7 +138,7 @@ def test_async_training_stays_within_the_bound_and_survives_stop_resume_and_a_de
     steps = [r for r in rows() if "train/loss" in r]
     assert [r["train/version_lag"] for r in steps] == [0.0, 1.0]  # step 2 trained on a batch of version 0
     assert steps[0]["train/stale_fraction"] == 0.0 and steps[1]["train/stale_fraction"] == 1.0  # behaviour ratio
-    assert all(r["train/stale_refused"] == 0.0 for r in steps)
+    assert all(r["train/stale_refused"] == 0.0 and 0 <= r["time/overlap_push_wait_s"] <= r["time/sync_s"] for r in steps)
     for record in read_rollouts(cfg.out_dir / "rollouts.jsonl"):
         assert len(record.versions) and min(record.versions) >= 0
 
@@ -169,3 +169,20 @@ def test_async_training_stays_within_the_bound_and_survives_stop_resume_and_a_de
     for s, version in enumerate(versions):  # each step's episodes: generated at most k versions before it trained
         trained_at = version - 1
         assert all(trained_at - min(t.versions) <= cfg.async_steps for t in records[s * per_step:(s + 1) * per_step])
+
+
+def test_the_documented_command_parses_to_an_overlapped_run():
+    """docs/cli.md's --async-steps command (after `taskset -c 1`) is a valid gym-llm train command for this mode."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from gym_llm_adapters.cli import parse_args
+    from gym_llm_adapters.cli.train import config_from_args
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", doc, flags=re.S) if "--async-steps" in b)
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:4] == ["taskset", "-c", "1", "gym-llm"]
+    config = config_from_args(parse_args(argv[4:]))
+    assert (config.engine, config.engine_cpus, config.async_steps) == ("vllm-server", (0,), 1)

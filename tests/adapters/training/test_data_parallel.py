@@ -90,17 +90,17 @@ def _check_against_one_process(tmp_path: Path, *, steps: int, aggregation: str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("aggregation, lora", [("token_mean", False), ("sequence_mean", False), ("token_mean", True)])
-def test_two_ranks_reach_the_weights_of_one_process_on_the_same_global_batches(tmp_path, aggregation, lora):
-    done = _torchrun("-m", "tests.adapters.training.dp_run", str(tmp_path), "2", aggregation, *(["lora"] if lora else []))
+def test_two_lora_ranks_reach_the_weights_of_one_process_on_the_same_global_batches(tmp_path):
+    """A LoRA adapter's gradients all-reduced, under the sequence mean (each rank's rows weighted by its share)."""
+    done = _torchrun("-m", "tests.adapters.training.dp_run", str(tmp_path), "2", "sequence_mean", "lora")
     assert done.returncode == 0, done.stderr[-4000:]
-    _check_against_one_process(tmp_path, steps=2, aggregation=aggregation, lora=lora)
+    _check_against_one_process(tmp_path, steps=2, aggregation="sequence_mean", lora=True)
 
 
 @pytest.mark.slow
-def test_a_resumed_data_parallel_run_continues_as_one_process_would(tmp_path):
-    """Stopped after step 1 (checkpoint: weights, AdamW state, schedule) and resumed by both ranks: the two steps' global
-    batches, replayed by one process without a stop, give the same weights."""
+def test_a_data_parallel_run_stopped_and_resumed_reaches_the_weights_of_one_process(tmp_path):
+    """Full fine-tuning, token mean: stopped after step 1 (checkpoint: weights, AdamW state, schedule) and resumed by
+    both ranks; the two steps' global batches, replayed by one process without a stop, give the same weights."""
     first = _torchrun("-m", "tests.adapters.training.dp_run", str(tmp_path), "1", "token_mean")
     assert first.returncode == 0, first.stderr[-4000:]
     resumed = _torchrun("-m", "tests.adapters.training.dp_run", str(tmp_path), "2", "token_mean", "resume")
@@ -110,10 +110,17 @@ def test_a_resumed_data_parallel_run_continues_as_one_process_would(tmp_path):
 
 @pytest.mark.slow
 def test_the_cli_under_torchrun_trains_with_one_writer_and_refuses_what_the_ranks_cannot_run(tmp_path):
+    """docs/cli.md's command, as written (with --out in tmp_path and no progress bar)."""
+    import re
+    import shlex
+
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), flags=re.S)
+                 if b.startswith("torchrun --nproc-per-node 2 -m gym_llm_adapters.cli train"))
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:3] == ["torchrun", "--nproc-per-node", "2"] and argv[-2:] == ["--out", "runs/dp"]
     out = tmp_path / "run"
-    args = ["-m", "gym_llm_adapters.cli", "train", "grpo", "--env", "LLMGSM8K-v0", "--model", "tiny", "--engine", "hf",
-            "--device", "cpu", "--env-arg", "source=arithmetic", "--steps", "2", "--num-tasks", "2", "--group-size",
-            "2", "--max-new-tokens", "8", "--eval-episodes", "4", "--no-progress", "--out", str(out)]
+    args = [*argv[3:-1], str(out)]
+    args.insert(-2, "--no-progress")
     done = _torchrun(*args)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.count("done after 2 steps") == 1, done.stdout  # rank 0 alone says what the run did
