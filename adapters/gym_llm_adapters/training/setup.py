@@ -70,7 +70,7 @@ def build_engine(kind: str, model_dir: str | Path, *, device: str, dtype: str, s
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from gym_llm_adapters.engines import VLLMEngine
 
-    options: dict[str, Any] = {"dtype": dtype}
+    options: dict[str, Any] = {"dtype": dtype, "use_tqdm_on_load": False}  # no weight-loading bar in a run's output
     if max_model_len is not None:
         options["max_model_len"] = int(max_model_len)
     if device == "cpu":
