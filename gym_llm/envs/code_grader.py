@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 """Wall-clock budget of one grading (the program's loading and every test together), stretched by the load."""
 
-_SOURCES = (Path(__file__).with_name("mlgym_bridge.py"), Path(__file__).with_name("code_runtime.py"))
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("mlgym_bridge.py", "code_runtime.py",
+                                                               "code_runtime_program.py", "code_runtime_channel.py"))
 _BOOT_LOCK = ForkSafeLock()
 _BOOT: str | None = None
 _BACKSTOP_S = 15.0  # beyond the budget: how long the host waits for a grader that does not finish by itself (x load)
