@@ -102,7 +102,7 @@ def test_build_makes_an_sdist_and_a_wheel_with_every_package_file(dist):
         entry_points = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
     expected = package_files()
     assert {"gym_llm/data/chat_prompts.jsonl", "gym_llm/data/codeio_subset.json", "gym_llm/py.typed",
-            "gym_llm/tools/sandbox/server.py", "gym_llm/envs/code_runtime.py", "gym_llm/envs/mlgym_runtime.py",
+            "gym_llm/tools/sandbox/server.py", "gym_llm/envs/code_runtime.py", "gym_llm/envs/mlgym/runtime.py",
             "gym_llm/tasks/larkspur.py"} <= expected
     assert names == expected, (f"missing from the wheel: {sorted(expected - names)}; "
                                f"not in the checkout: {sorted(names - expected)}")

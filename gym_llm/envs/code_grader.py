@@ -8,7 +8,7 @@ project's bubblewrap + seccomp + rlimits/cgroups sandbox, ``gym_llm.tools.sandbo
   of the program's function crosses two FIFOs to the program's REPL and back, as plain data.
 
 The FIFOs are made per grading under a random 128-bit name in a folder bound read-only into both pools and listable
-by neither (mode ``0311``), as MLGym's submission bridge does (``mlgym_workspace.py``). Nothing else is shared: the
+by neither (mode ``0311``), as MLGym's submission bridge does (``mlgym/workspace.py``). Nothing else is shared: the
 program never sees the tests, cannot touch the grader's process, and what it prints is not read. Both REPLs end with
 the grading; their sandboxes go back to the pools (the program's is killed instead when it did not stop in time).
 Why this design, what it costs and what it rules out: docs/code.md.
@@ -43,8 +43,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 """Wall-clock budget of one grading (the program's loading and every test together), stretched by the load."""
 
-_SOURCES = tuple(Path(__file__).with_name(name) for name in ("mlgym_bridge.py", "code_runtime.py",
-                                                               "code_runtime_program.py", "code_runtime_channel.py"))
+_SOURCES = (Path(__file__).parent / "mlgym" / "bridge.py",
+            *(Path(__file__).with_name(name) for name in ("code_runtime.py", "code_runtime_program.py",
+                                                          "code_runtime_channel.py")))
 _BOOT_LOCK = ForkSafeLock()
 _BOOT: str | None = None
 _BACKSTOP_S = 15.0  # beyond the budget: how long the host waits for a grader that does not finish by itself (x load)

@@ -1,6 +1,6 @@
 """What runs inside the two sandboxes of one ``LLMCode-v0`` grading: the program's server and the grader.
 
-Not imported by gym_llm: :mod:`gym_llm.envs.code_grader` compiles this file's source after ``mlgym_bridge.py``'s
+Not imported by gym_llm: :mod:`gym_llm.envs.code_grader` compiles this file's source after ``mlgym/bridge.py``'s
 (whose plain-data encoding, frames and ``Reader`` it uses) and before its two parts' (``code_runtime_program.py``:
 the program's side; ``code_runtime_channel.py``: the grader's channel to it), as one module, and runs the code object
 in two fresh REPLs, each in a sandbox of its own (standard library only):
@@ -12,7 +12,7 @@ in two fresh REPLs, each in a sandbox of its own (standard library only):
   the program through a proxy function whose every call crosses two FIFOs to the program's sandbox and back, under a
   deadline. It prints one JSON line: the per-test results.
 
-What the program returns arrives in the grader as a *copy made of plain data* (``mlgym_bridge.decode``: None, bool,
+What the program returns arrives in the grader as a *copy made of plain data* (``mlgym/bridge.py``'s ``decode``: None, bool,
 int, float, str, bytes, list, tuple, dict, set, ...): a returned object cannot pass by overriding ``__eq__``, patching
 ``assert`` or builtins only changes the program's own process, an exception the program raises is re-raised in the
 grader as the builtin of the same name (an ``except ValueError`` in a test works) and cannot swallow the test's, and

@@ -3,7 +3,7 @@ FIFOs to the program's sandbox under a deadline, the proxy function the tests ca
 tests when the grading's budget runs out.
 
 Not imported by gym_llm: :mod:`gym_llm.envs.code_grader` compiles this file's source into one module with
-``mlgym_bridge.py``'s, ``code_runtime.py``'s and ``code_runtime_program.py``'s, so it uses their names (``send``,
+``mlgym/bridge.py``'s, ``code_runtime.py``'s and ``code_runtime_program.py``'s, so it uses their names (``send``,
 ``Reader``, ``_cut``, ...) without importing them. Standard library only.
 """
 

@@ -2,7 +2,7 @@
 program and answers the grader's ``load``, ``call`` and ``stdio`` requests with plain data.
 
 Not imported by gym_llm: :mod:`gym_llm.envs.code_grader` compiles this file's source into one module with
-``mlgym_bridge.py``'s, ``code_runtime.py``'s and ``code_runtime_channel.py``'s, so it uses their names (``send``,
+``mlgym/bridge.py``'s, ``code_runtime.py``'s and ``code_runtime_channel.py``'s, so it uses their names (``send``,
 ``Reader``, ``_cut``, ...) without importing them. Standard library only.
 """
 

@@ -13,7 +13,7 @@ Two sandbox pools per env, with different read-only binds:
 * **submission pool** (tasks whose submission is Python code the evaluation script imports: the games, 3SAT): binds
   ``stage/public`` like the agent's. The submitted code never runs in the grading sandbox: there, each submitted
   ``.py`` file is replaced by a proxy module, and every call crosses through two FIFOs in ``stage/channels`` (bound
-  into both, listed by neither) to a fresh REPL of this pool that runs the agent's modules (see ``mlgym_bridge.py``).
+  into both, listed by neither) to a fresh REPL of this pool that runs the agent's modules (see ``bridge.py``).
   So the code cannot patch the evaluator in memory, print a score line of its own, or touch the grader's files.
 """
 
@@ -42,8 +42,8 @@ __all__ = ["SandboxREPL", "WorkspaceSession", "Evaluation", "SubmissionCode", "p
 logger = logging.getLogger(__name__)
 
 WORKSPACE = "/home/agent/workspace"
-_RUNTIME = Path(__file__).with_name("mlgym_runtime.py")
-_BRIDGE = Path(__file__).with_name("mlgym_bridge.py")
+_RUNTIME = Path(__file__).with_name("runtime.py")
+_BRIDGE = Path(__file__).with_name("bridge.py")
 _CHANNEL_MARKER = 'CHANNEL_PATHS = ("", "")'
 BRIDGE_MODULE = "_gym_llm_bridge"
 _REPL_OUTPUT_CHARS = 4_000_000  # the REPL's reply cap; what the agent sees is capped by the runtime itself

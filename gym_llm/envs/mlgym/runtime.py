@@ -1,6 +1,6 @@
 """The agent's commands and the grader, as they run *inside* a sandbox (read as text and run in the sandbox's REPL).
 
-Nothing here imports gym_llm: :mod:`gym_llm.envs.mlgym_workspace` sends this file's source to a fresh REPL once per
+Nothing here imports gym_llm: :mod:`gym_llm.envs.mlgym.workspace` sends this file's source to a fresh REPL once per
 episode, then each command is one call ``_mlgym(<json request>)`` that prints one JSON reply line. The editor state
 (open file, window position) lives in this REPL, which is why each episode has its own. Agent-written code never
 runs in the REPL itself: ``run``/``python`` start child processes (their own rlimits, a wall-clock timeout, killed
@@ -220,7 +220,7 @@ def _grade(private_dir, files, argv, timeout_s, max_chars, cpu_s=None):
 
 def _serve_submission(public_dir, files, bridge, call, reply, seed, modules, timeout_s, max_chars):
     """The submission sandbox of a grading: the agent's files over the starter files, then its modules served to
-    the grading sandbox's evaluation through the FIFOs ``call``/``reply`` (see mlgym_bridge.py) until it is done."""
+    the grading sandbox's evaluation through the FIFOs ``call``/``reply`` (see bridge.py) until it is done."""
     _setup(public_dir)
     for name, content in files.items():
         target = os.path.join(_REAL_WORKSPACE, name)

@@ -1,6 +1,6 @@
 """Submission code in a sandbox of its own: the grader's evaluation script calls it through a pipe, never in-process.
 
-Not imported by gym_llm: :mod:`gym_llm.envs.mlgym_workspace` writes this file's source, unchanged, into two
+Not imported by gym_llm: :mod:`gym_llm.envs.mlgym.workspace` writes this file's source, unchanged, into two
 sandboxes of one evaluation (standard library only; numpy is used when the values carry arrays):
 
 * the **submission sandbox** runs ``python _gym_llm_bridge.py serve CALL REPLY SEED MODULE...``: it imports the

@@ -2,7 +2,7 @@
 
 The agent edits files and runs code in a per-episode workspace inside the project's sandbox, then submits; the
 task's own evaluation script scores the submission in a separate sandbox that holds the labels and the pristine
-evaluator (:mod:`gym_llm.envs.mlgym_workspace`). ``docs/mlgym.md`` covers setup and the differences from MLGym.
+evaluator (:mod:`gym_llm.envs.mlgym.workspace`). ``docs/mlgym.md`` covers setup and the differences from MLGym.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvParts
 from gym_llm.core.messages import Message
 from gym_llm.core.tasks import Task
-from gym_llm.envs.mlgym_tasks import MLGymTask, load_mlgym_task, stage_tasks
-from gym_llm.envs.mlgym_workspace import (Evaluation, SubmissionCode, WorkspaceSession, evaluate, module_name,
+from gym_llm.envs.mlgym.tasks import MLGymTask, load_mlgym_task, stage_tasks
+from gym_llm.envs.mlgym.workspace import (Evaluation, SubmissionCode, WorkspaceSession, evaluate, module_name,
                                        sandbox_configs)
 from gym_llm.tools.base import function_schema
 from gym_llm.tools.parsing import parse_tool_calls
