@@ -12,7 +12,7 @@ after the other, ``--repeat`` times; the best run of each is reported (other loa
   ``(h, token)`` per row, text by ``batch_decode`` of every full sequence each step.
 
 Both see the same prompts and actions (rows may pair them differently: same work); the bench checks
-our final hash against :func:`~gym_llm.envs.chain_hash.chain_hash` and our text against decoding the
+our final hash against :func:`~gym_llm.envs.hashing.chain_hash.chain_hash` and our text against decoding the
 whole sequence.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "adapters")]
 
-from gym_llm.envs.chain_hash import chain_hash  # noqa: E402
+from gym_llm.envs.hashing.chain_hash import chain_hash  # noqa: E402
 from gym_llm.envs.hashing import LLMHashingVectorEnv  # noqa: E402
 from gym_llm_adapters.engines import cpu_paths  # noqa: E402
 

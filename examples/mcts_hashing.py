@@ -3,7 +3,7 @@
     PYTHONPATH=.:adapters python examples/mcts_hashing.py --num-simulations 200 --target fox
 
 The tree is a dict ``hash -> Node``. A node's children need no env step to be looked up: the child
-reached by token ``t`` is ``H(node.hash, t)`` (:func:`gym_llm.envs.chain_hash.chain_hash` with the
+reached by token ``t`` is ``H(node.hash, t)`` (:func:`gym_llm.envs.hashing.chain_hash.chain_hash` with the
 parent hash as seed), so the env is stepped only to *create* a node — from the parent's snapshot
 (``env.set_state``), after which the child's snapshot is kept (``env.get_state``).
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gym_llm.envs.chain_hash import chain_hash
+from gym_llm.envs.hashing.chain_hash import chain_hash
 from gym_llm.envs.hashing import HashingState, LLMHashingEnv
 
 

@@ -12,7 +12,7 @@ import torch
 from torchrl.envs import GymWrapper
 from torchrl.envs.utils import check_env_specs
 
-from gym_llm.envs.chain_hash import chain_hash
+from gym_llm.envs.hashing.chain_hash import chain_hash
 from gym_llm_adapters.torchrl import GymLLMEnv
 
 ARITH = {"source": "arithmetic"}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import gym_llm  # noqa: F401  (registers the ids)
 from gym_llm.core.spaces import unpack_tokens
-from gym_llm.envs.chain_hash import HASH_SEED, chain_hash, chain_hash_batch, chain_step
+from gym_llm.envs.hashing.chain_hash import HASH_SEED, chain_hash, chain_hash_batch, chain_step
 from gym_llm.envs.hashing import LLMHashingEnv, LLMHashingVectorEnv
 
 from .vector_checks import assert_same, without

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gym_llm.envs.chain_hash import chain_hash
+from gym_llm.envs.hashing.chain_hash import chain_hash
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcts_hashing.py"
 

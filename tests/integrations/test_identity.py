@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import gym_llm  # noqa: F401  (registers the ids)
-from gym_llm.envs.chain_hash import chain_hash
+from gym_llm.envs.hashing.chain_hash import chain_hash
 
 pytestmark = pytest.mark.xdist_group("openenv")  # shares a worker with the OpenEnv tests (OpenEnv's import is ~5 s)
 

@@ -13,7 +13,7 @@ from gym_llm.core.env import LLMEnv
 from gym_llm.core.episode import EnvParts, Episode, ForkError, Transition
 from gym_llm.core.tasks import Task, TaskOrder
 from gym_llm.core.vector import LLMVectorEnv
-from gym_llm.envs.hashing_state import HashingConfig, HashingCommon, HashingState, TokenChains
+from gym_llm.envs.hashing.state import HashingConfig, HashingCommon, HashingState, TokenChains
 from gym_llm.envs.tokens import _DEFAULT_PROMPTS, _tokens_tasks
 
 __all__ = ["HashingEpisode", "HashingState", "LLMHashingEnv", "LLMHashingVectorEnv", "build_hashing"]
@@ -114,7 +114,7 @@ class LLMHashingEnv(LLMEnv):
     ## Description
     The state is a token chain (prompt + generated tokens). Each step appends one token. The
     observation carries the chain (padded ids + mask) and its hash ``h``, computed incrementally as
-    ``h_{t+1} = H(h_t, token)`` from the prompt's hash (:mod:`gym_llm.envs.chain_hash` documents
+    ``h_{t+1} = H(h_t, token)`` from the prompt's hash (:mod:`gym_llm.envs.hashing.chain_hash` documents
     ``H``): the same chain has the same hash whatever the padding, batch position or prompt split, and
     the children of one node never collide — so hashes serve directly as node ids (transposition
     tables, MCTS trees, deduplication). :meth:`get_state` / :meth:`set_state` snapshot and restore an
@@ -147,7 +147,7 @@ class LLMHashingEnv(LLMEnv):
     ## Arguments
     ``prompts`` (str / token-id lists / records, a .jsonl path or a ``datasets.Dataset``; default: four
     story openings, which need a tokenizer), ``split``, ``task_order``, and the
-    :class:`~gym_llm.envs.hashing_state.HashingConfig` fields: ``tokenizer``, ``vocab_size``,
+    :class:`~gym_llm.envs.hashing.state.HashingConfig` fields: ``tokenizer``, ``vocab_size``,
     ``max_seq_len``, ``max_new_tokens``, ``eos_token_ids``, ``text_output``, ``max_text_chars``,
     ``apply_chat_template``, ``hash_seed``, ``reward_fn``.
 

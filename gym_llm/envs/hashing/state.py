@@ -18,7 +18,7 @@ from gym_llm.core.spaces import UnicodeText, token_space
 from gym_llm.core.tasks import Task
 from gym_llm.core.templates import ChatRenderer
 from gym_llm.core.tokenizer import TokenizerView
-from gym_llm.envs.chain_hash import HASH_SEED, chain_hash
+from gym_llm.envs.hashing.chain_hash import HASH_SEED, chain_hash
 from gym_llm.rewards.deadline import DEFAULT_HOOK_TIMEOUT_S, isolate_hook
 
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
@@ -47,7 +47,7 @@ class HashingConfig:
         text_output: add ``"text"`` (decoded incrementally) to the observation; needs a tokenizer.
         max_text_chars: the text space's length; a longer text truncates the episode (default 64 L).
         apply_chat_template: render text prompts as a user turn with the chat template.
-        hash_seed: the hash of the empty sequence (see :mod:`gym_llm.envs.chain_hash`).
+        hash_seed: the hash of the empty sequence (see :mod:`gym_llm.envs.hashing.chain_hash`).
         reward_fn: ``reward_fn(task, token_ids, prompt_length) -> float`` at episode end (default: 0), run in a
             deadline worker process.
         reward_timeout_s: ``reward_fn``'s deadline in seconds: past it the reward is 0 and ``info["reward_error"]``
@@ -253,7 +253,7 @@ class TokenChains:
     # ---------------------------------------------------------------------------- batches
     def _hash_into(self, rows: np.ndarray | slice, tokens: np.ndarray) -> None:
         """``hashes[rows] = H(hashes[rows], tokens)`` with a per-token key table and in-place ops
-        (same values as :func:`~gym_llm.envs.chain_hash.chain_step`, ~2x faster at B = 64)."""
+        (same values as :func:`~gym_llm.envs.hashing.chain_hash.chain_step`, ~2x faster at B = 64)."""
         z = self.hashes[rows] ^ self.common.token_keys[tokens]  # h XOR (t + 1) * phi, (B,) uint64
         tmp = z >> _S30
         z ^= tmp
