@@ -2,8 +2,9 @@
 and — with ``--python-tool`` — the env itself as the rollout function (multi-turn, sandboxed Python, tool tokens
 masked out of the loss).
 
-Real run (a GPU machine with vLLM and the Hugging Face hub: Qwen2.5-0.5B-Instruct, GSM8K train, TRL's colocated
-vLLM, bf16):
+For a GPU machine with vLLM and the Hugging Face hub (not run on a GPU by this project yet; the --tiny run below is
+what CI runs): Qwen2.5-0.5B-Instruct, GSM8K train, TRL's colocated
+vLLM, bf16:
 
     python examples/trl_grpo_gsm8k.py
     python examples/trl_grpo_gsm8k.py --python-tool

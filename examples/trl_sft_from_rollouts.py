@@ -1,8 +1,9 @@
 """Rejection-sampling SFT with TRL's SFTTrainer on gym_llm rollouts: sample GRPO-style groups from an env, keep the
 best episode of each group (and only rewarded ones), fine-tune on them.
 
-Real run (a GPU machine with vLLM and the Hugging Face hub: Qwen2.5-0.5B-Instruct samples LLMPythonTool-v0 episodes
-on GSM8K train with in-process vLLM, then SFTTrainer fine-tunes on the correct ones, bf16):
+For a GPU machine with vLLM and the Hugging Face hub (not run on a GPU by this project yet; the --tiny run below is
+what CI runs): Qwen2.5-0.5B-Instruct samples LLMPythonTool-v0 episodes
+on GSM8K train with in-process vLLM, then SFTTrainer fine-tunes on the correct ones, bf16:
 
     python examples/trl_sft_from_rollouts.py
     python examples/trl_sft_from_rollouts.py --rollouts runs/trl_grpo_gsm8k/rollouts.jsonl
