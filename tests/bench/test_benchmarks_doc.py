@@ -70,6 +70,7 @@ def copy_tree(tmp_path: Path, readme: str) -> Path:
 def test_check_names_the_stale_file_and_the_command_and_write_fills_only_between_the_markers(tmp_path):
     root = copy_tree(tmp_path, "# x\n\nbefore\n<!-- benchmarks:begin -->\nold table\n<!-- benchmarks:end -->\nafter\n")
     assert render.check(root) == ["docs/benchmarks.md is stale: run `python scripts/render_benchmarks.py`",
+                                  "docs/learning_runs.md is stale: run `python scripts/render_benchmarks.py`",
                                   "README.md's benchmark table is stale: run `python scripts/render_benchmarks.py`"]
     assert render.write(root) == [] and render.check(root) == []
     readme = (root / "README.md").read_text()
@@ -77,7 +78,8 @@ def test_check_names_the_stale_file_and_the_command_and_write_fills_only_between
     assert readme.endswith("(docs/benchmarks.md).\n<!-- benchmarks:end -->\nafter\n") and "old table" not in readme
     record = root / "bench" / "results" / "python_tool.json"  # a changed headline figure makes both files stale
     record.write_text(record.read_text().replace("6.9x", "7.0x"))
-    assert len(render.check(root)) == 2
+    assert render.check(root) == ["docs/benchmarks.md is stale: run `python scripts/render_benchmarks.py`",
+                                  "README.md's benchmark table is stale: run `python scripts/render_benchmarks.py`"]
 
 
 def test_without_markers_the_readme_is_left_alone_and_check_says_what_to_add(tmp_path):
@@ -151,7 +153,7 @@ def test_learning_record_builds_a_record_from_a_run_folder(tmp_path):
     assert evals["headline"] and evals["headline_ratio"] == "held-out pass rate 4.5% → **62.0%** (n = 200)"
     assert step["ours"] == "29.00 s" and step["other"] == "rollout 7.00 s, policy 17.00 s"
     assert wall["ours"] == "4 min 59 s"
-    assert "## Learning runs" in render.render_doc({"learning_x": record})
+    assert "## Learning runs" in render.render_doc({"learning_x": record}, "docs/learning_runs.md")
 
 
 @pytest.mark.slow  # trains the tiny model for 2 GRPO steps with vLLM: ~2 minutes on 2 cores
