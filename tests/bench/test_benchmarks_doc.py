@@ -111,11 +111,12 @@ def test_every_benchmark_script_can_write_its_record():
 
 
 def test_write_record_refuses_a_record_without_provenance(tmp_path):
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        from _common import write_record
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    # loaded under its own name: a module called _common left in sys.modules would shadow examples/_common.py for
+    # the example tests that run later in the same worker
+    spec = importlib.util.spec_from_file_location("bench_common_for_test", REPO / "bench" / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    write_record = common.write_record
     record = {"kind": "benchmark", "title": "t", "command": "c", "machine": "m", "commit": "x", "date": "d",
               "source": "run", "rows": [{"what": "w", "ours": 1.5}]}
     write_record(tmp_path / "sub" / "r.json", record)

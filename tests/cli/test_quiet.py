@@ -32,8 +32,13 @@ def noise_lines(output: str) -> list[str]:
     return [line for line in lines if NOISE.search(line)]
 
 
+# settings an earlier test of the same process may have left in os.environ: the runs here test the defaults
+_LOGGING_ENVIRONMENT = ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "TORCH_CPP_LOG_LEVEL")
+
+
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters")]), "OMP_NUM_THREADS": "1",
+    base = {k: v for k, v in os.environ.items() if k not in _LOGGING_ENVIRONMENT}
+    return {**base, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "adapters")]), "OMP_NUM_THREADS": "1",
             **extra}
 
 

@@ -48,6 +48,7 @@ def run_example(argv: list[str], cwd: Path, *, env: dict[str, str] | None = None
         os.environ.pop(name, None)
     sys.argv = [str(script), *argv[2:]]
     sys.path.insert(0, str(script.parent))
+    sys.modules.pop("_common", None)  # another folder's _common (bench/'s) imported earlier in this process
     os.chdir(cwd)
     out = io.StringIO()
     try:

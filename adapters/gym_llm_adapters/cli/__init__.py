@@ -97,14 +97,22 @@ def _main(argv: list[str]) -> int:
     with quiet_dependencies(args.verbose or args.command not in ("train", "eval")):
         level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads)
+        # vLLM logs every request batch and weight reload at INFO; keep its warnings unless -v (set before vLLM loads,
+        # and put back afterwards: main may run inside a test's process, whose later subprocesses inherit it)
+        saved_level = os.environ.get("VLLM_LOGGING_LEVEL")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if args.verbose else "WARNING")
-        for noisy in ("httpx", "transformers"):
-            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
-        if getattr(args, "func", None) is None:
-            args.print_help()
-            return 2
-        return int(args.func(args) or 0)
+        try:
+            for noisy in ("httpx", "transformers"):
+                logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+            if getattr(args, "func", None) is None:
+                args.print_help()
+                return 2
+            return int(args.func(args) or 0)
+        finally:
+            if saved_level is None:
+                os.environ.pop("VLLM_LOGGING_LEVEL", None)
+            else:
+                os.environ["VLLM_LOGGING_LEVEL"] = saved_level
 
 
 if __name__ == "__main__":
