@@ -79,6 +79,17 @@ def test_dependency_warnings_go_to_the_log_and_ours_stay(tmp_path, capsys):
 
     dependency = logging.getLogger("vllm.worker")
     before = (logging.getLogger("vllm").handlers[:], logging.getLogger("vllm").propagate, warnings.showwarning)
+    level = dependency.level  # its own level, not the parent's: vLLM, imported earlier in this worker, may have set
+    dependency.setLevel(logging.WARNING)  # the "vllm" logger's level from VLLM_LOGGING_LEVEL
+    try:
+        _route_and_check(tmp_path, capsys, dependency, before)
+    finally:
+        dependency.setLevel(level)
+
+
+def _route_and_check(tmp_path, capsys, dependency, before) -> None:
+    from gym_llm_adapters.cli._output import log_to, quiet_dependencies
+
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
         with quiet_dependencies(verbose=False):
