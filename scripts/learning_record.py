@@ -162,10 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record = build_record(args.run_dir, args.config, title=args.title, command=args.command, order=args.order,
                           headline=args.headline)
-    sys.path.insert(0, str(ROOT / "bench"))
-    from _common import write_record
+    # bench/_common.py loaded by its path under its own name: a module called _common (examples/ has one too) may
+    # already be imported in this process
+    import importlib.util
 
-    write_record(args.json, record)
+    spec = importlib.util.spec_from_file_location("gym_llm_bench_common", ROOT / "bench" / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    common.write_record(args.json, record)
     return 0
 
 
