@@ -65,6 +65,10 @@ CASES: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
         "tokens": lambda: {**_gsm8k(), "mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 2048,
                            "max_action_tokens": 24, "sandbox": {"min_idle": 0}},
     },
+    "LLMCode-v0": {  # HumanEval's longest prompt is 1,079 tokens of the tiny tokenizer (task 129)
+        "text": lambda: {},
+        "tokens": lambda: {"mode": "tokens", "tokenizer": _tiny_tok(), "max_seq_len": 2048, "max_action_tokens": 24},
+    },
     "LLMTokens-v0": {
         "text": lambda: {"mode": "text", "max_chars": 512},
         "tokens": lambda: {"tokenizer": _tiny_tok(), **SMALL_TOKENS, "max_steps": 4},
