@@ -72,6 +72,8 @@ class WeightSync:
             if target is None:
                 continue
             tensor = tensor.detach()
+            if hasattr(tensor, "full_tensor"):  # an FSDP2 shard (DTensor): gathered whole (every rank pushes)
+                tensor = tensor.full_tensor()
             if self.dtype is not None and tensor.is_floating_point():
                 tensor = tensor.to(self.dtype)
             yield target, tensor

@@ -139,6 +139,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--engine-cpus", type=_cpu_list, default=(), metavar="LIST",
                       help="with --engine vllm-server: the CPU cores the server runs on, e.g. 0 or 0-3,6 (run the "
                            "trainer itself under taskset on the others)")
+    grpo.add_argument("--sharding", choices=("auto", "ddp", "fsdp"), default="auto",
+                      help="under torchrun: fsdp (FSDP2: each rank holds 1/N of the weights, gradients and optimizer "
+                           "state), ddp (whole replicas, gradients all-reduced), auto (fsdp for a full fine-tune, ddp "
+                           "with --lora-rank; default)")
     grpo.add_argument("--no-kl-log", action="store_true", help="do not measure the KL when --beta is 0")
     grpo.add_argument("--sft-warmup-steps", type=int, default=0, help="SFT steps before RL starts (default: 0)")
     lora = parser.add_argument_group(
@@ -327,7 +331,7 @@ def config_from_args(args: argparse.Namespace):
         epsilon_high=args.epsilon_high, aggregation=args.aggregation, advantage_scale=args.advantage_scale,
         importance_sampling=args.importance_sampling, log_kl=not args.no_kl_log, stale_tokens=args.stale_tokens,
         mask_truncated_completions=args.mask_truncated_completions, num_iterations=args.num_iterations,
-        async_steps=args.async_steps, engine_cpus=tuple(args.engine_cpus),
+        async_steps=args.async_steps, engine_cpus=tuple(args.engine_cpus), sharding=args.sharding,
         micro_batch_size=args.micro_batch_size, activation_memory_gb=args.activation_memory_gb or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
         lora_target_modules=_target_modules(args.lora_target_modules), sft_data=args.sft_data,

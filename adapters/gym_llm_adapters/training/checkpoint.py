@@ -94,10 +94,13 @@ def _fsync_tree(path: Path) -> None:
 
 
 def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any, tokenizer: Any,
-                    optimizer: Any, scheduler: Any, keep: int) -> Path:
+                    optimizer: Any, scheduler: Any, keep: int, model_state: dict | None = None,
+                    optimizer_state: dict | None = None) -> Path:
     """Write ``step-<state.step>`` atomically, point ``LATEST`` at it, and prune all but the newest ``keep``.
 
     ``model`` is a transformers model (saved whole) or a PEFT model (its trained adapter saved, in PEFT's format).
+    ``model_state`` / ``optimizer_state``: whole tensors to write instead of the model's and optimizer's own state
+    dicts (an FSDP2 run's, gathered from the shards: training/fsdp.py).
     """
     import torch
 
@@ -110,10 +113,13 @@ def save_checkpoint(out_dir: str | os.PathLike, state: TrainState, *, model: Any
         from gym_llm_adapters.lora import save_adapter
 
         save_adapter(model, tmp)
+    elif model_state is not None:
+        model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
     else:
         model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+    torch.save({"optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / _STATE).write_text(json.dumps(state.to_json(), indent=1), encoding="utf-8")
     _fsync_tree(tmp)

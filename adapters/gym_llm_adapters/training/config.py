@@ -48,6 +48,10 @@ class TrainConfig:
         async_steps: ``k > 0`` generates the next ``k`` steps' batches while a step trains
             (:mod:`~gym_llm_adapters.training.overlap`; every trained token at most ``k`` versions old; needs
             ``engine="vllm-server"``); 0 = the synchronous loop.
+        sharding: under ``torchrun`` (several ranks), how the policy is kept over them: ``"fsdp"`` (FSDP2: each rank
+            holds 1/N of every weight, gradient and AdamW moment; :mod:`~gym_llm_adapters.training.fsdp`), ``"ddp"``
+            (every rank a whole replica, gradients all-reduced), or ``"auto"`` (FSDP2 for a full fine-tune, DDP
+            for LoRA). Ignored in one process.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``; the trainer's device.
         dtype: the compute dtype, ``"float32"`` or ``"bfloat16"``. Trainable weights and AdamW's state are fp32
             either way (bf16 weights would round most updates away); ``"bfloat16"`` runs the trainer's forward
@@ -157,6 +161,7 @@ class TrainConfig:
     engine: EngineKind = "vllm"
     engine_cpus: tuple[int, ...] = ()
     async_steps: int = 0
+    sharding: Literal["auto", "ddp", "fsdp"] = "auto"
     device: str = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -227,6 +232,11 @@ class TrainConfig:
                              f"in another process; engine {self.engine!r} runs in the trainer's own process and would "
                              "not overlap. Use --engine vllm-server (and --engine-cpus to give it its own cores), or "
                              "--async-steps 0.")
+        if self.sharding not in ("auto", "ddp", "fsdp"):
+            raise ValueError(f"sharding must be 'auto', 'ddp' or 'fsdp', got {self.sharding!r}.")
+        if self.sharding == "fsdp" and self.lora_rank is not None:
+            raise ValueError("sharding='fsdp' shards a full fine-tune; a LoRA run (lora_rank) keeps whole replicas "
+                             "(its trainable adapter is small). Use --sharding ddp or auto with --lora-rank.")
         if self.lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant', 'linear' or 'cosine', got {self.lr_schedule!r}.")
         if self.dtype not in ("float32", "bfloat16"):

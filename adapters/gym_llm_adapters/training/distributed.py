@@ -8,12 +8,12 @@ replicas stay identical: the weights after K steps are those a single process wo
 (tests/adapters/training/test_data_parallel.py checks this). Groups never straddle ranks, so the group baseline is
 local; only the sums below cross the wire.
 
-Which sharding: the replicas are kept by DDP's algorithm (replicated weights, gradients all-reduced) on every backend,
-``gloo`` on CPU and ``nccl`` on GPUs. FSDP2's ``fully_shard`` does run on ``gloo`` (torch 2.13), but it gathers a
-module's shards in the module's forward hook, and the trainer's log-prob path (:func:`~gym_llm_adapters.logprobs.
-token_logprobs`) calls the model's backbone and its output head separately so the head's logits are computed in
-chunks: the root module's hook never fires and the embedding/head shards would stay scattered. Sharding is listed as
-not supported yet in docs/cli.md.
+Which sharding (``--sharding``): **FSDP2** (``fully_shard``; :mod:`~gym_llm_adapters.training.fsdp`) for a full
+fine-tune, on ``gloo`` (CPU) and ``nccl`` (CUDA) alike: each rank holds ``1/N`` of every weight, gradient and AdamW
+moment, and the gradients are reduce-scattered instead of all-reduced. **DDP's algorithm** (whole replicas, one flat
+gradient all-reduce per optimizer pass: :meth:`DataParallel.all_reduce_grads`) for a LoRA run, whose trainable
+adapter is small, or on request (``--sharding ddp``). Both reach the same weights (the tests compare each with one
+process).
 
 Rank 0 is the one writer: metrics, rollouts (every rank's trajectories gathered, in rank order), checkpoints,
 evaluations and the progress bar. Ctrl-C stops every rank after the same step (the stop flag is all-reduced).
@@ -42,7 +42,7 @@ class DataParallel:
     Attributes:
         rank / world / local_rank: from torchrun's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``.
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (CUDA).
-        strategy: how the replicas are kept equal (``"ddp"``: module docstring says why not FSDP2).
+        strategy: ``"fsdp"`` (FSDP2 shards) or ``"ddp"`` (whole replicas); :func:`sharding_strategy`.
     """
 
     rank: int
@@ -154,12 +154,22 @@ def data_parallel_from_env(config: Any) -> DataParallel | None:
 
             torch.cuda.set_device(local_rank)
         dist.init_process_group(backend)
-    dp = DataParallel(rank=rank, world=world, local_rank=local_rank, backend=backend)
+    dp = DataParallel(rank=rank, world=world, local_rank=local_rank, backend=backend,
+                      strategy=sharding_strategy(config))
     if dp.is_main:
-        logger.info("data-parallel: %d ranks, backend %s, replicas kept by gradient all-reduce (%s); %d of the %d "
-                    "groups per rank per step", world, backend, dp.strategy, config.num_tasks // world,
-                    config.num_tasks)
+        how = "FSDP2: each rank holds 1/%d of the weights, gradients and optimizer state" % world \
+            if dp.strategy == "fsdp" else "DDP: whole replicas, gradients all-reduced"
+        logger.info("data-parallel: %d ranks, backend %s, %s; %d of the %d groups per rank per step", world, backend,
+                    how, config.num_tasks // world, config.num_tasks)
     return dp
+
+
+def sharding_strategy(config: Any) -> str:
+    """``"fsdp"`` or ``"ddp"`` for ``config.sharding`` (``"auto"``: FSDP2 for a full fine-tune, DDP for LoRA)."""
+    sharding = getattr(config, "sharding", "auto")
+    if sharding == "auto":
+        return "ddp" if getattr(config, "lora_rank", None) is not None else "fsdp"
+    return sharding
 
 
 def check_data_parallel(config: Any, *, world: int, local_world: int) -> None:

@@ -37,7 +37,11 @@ class StepsMixin:
         total, tokens = 0.0, int(batch.policy_mask.sum()) if batch is not None else 0
         if self.dp is not None:
             (tokens,) = (int(v) for v in self.dp.sum(tokens))
-        for part, _ in self._micro_batches(batch) if batch is not None else ():
+        parts = [part for part, _ in self._micro_batches(batch)] if batch is not None else []
+        for _, part in self._micro_steps(parts):
+            if part is None:  # FSDP2: a rank with fewer micro-batches joins the others' collectives
+                self._padding_backward()
+                continue
             t = part.to_torch(self.device)
             out = self._sft_loss.from_batch(self._logprobs(t, sampled=False), part, num_items=tokens)
             out.loss.backward()
@@ -132,7 +136,11 @@ class StepsMixin:
         lr = self.scheduler.get_last_lr()[0]  # this step's rate (the scheduler moves on after the last pass)
         grad_norms = []
         for it in range(passes):
-            for j, (part, weight) in enumerate(parts):
+            for j, step_part in self._micro_steps(parts):
+                if step_part is None:  # FSDP2: a rank with fewer micro-batches joins the others' collectives
+                    self._padding_backward()
+                    continue
+                part, weight = step_part
                 t = part.to_torch(self.device)
                 logprobs = self._logprobs(t)
                 if passes > 1 and it == 0:
@@ -248,24 +256,46 @@ class StepsMixin:
         cfg = self.config
         processing = {"temperature": cfg.temperature, "top_p": cfg.top_p} if sampled else {}
         with autocast(self.device, cfg.dtype):
+            if self._root is not None:  # FSDP2: through the root's forward, one backbone forward per call
+                return self._root(t["input_ids"], t["attention_mask"], t["policy_mask"], **processing)
             return token_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["policy_mask"],
                                   max_tokens_per_forward=8192, share_prefix=cfg.share_prefix and sampled,
                                   **processing)
+
+    def _micro_steps(self, parts: list[Any]):
+        """``(index, part)`` for each micro-batch of one optimizer pass. Under FSDP2 every rank runs as many as the
+        rank with the most (``part`` None for the missing ones: :meth:`_padding_backward`), since each forward and
+        backward issues collectives, and the gradients are reduced at the pass's last backward only."""
+        if self._root is None:
+            yield from enumerate(parts)
+            return
+        count = int(self.dp.max(len(parts)))
+        for j in range(count):
+            self._root.set_requires_gradient_sync(j == count - 1)
+            yield j, parts[j] if j < len(parts) else None
+
+    def _padding_backward(self) -> None:
+        """A forward and backward whose gradient is exactly zero (training/fsdp.py :func:`padding_pass`)."""
+        from gym_llm_adapters.training.fsdp import padding_pass
+
+        with autocast(self.device, self.config.dtype):
+            loss = padding_pass(self._root, self.device)
+        loss.backward()
 
     def _optimizer_step(self, schedule: bool = True) -> float:
         """Clip, step and zero the gradients; ``schedule``: move the learning-rate schedule on (once per trainer step,
         after its last pass over the batch)."""
         import torch
 
-        if self.dp is not None:  # summed over the ranks: every replica takes the same step
-            self.dp.all_reduce_grads(self.policy.parameters())
+        if self.dp is not None and self._root is None:  # DDP: summed over the ranks, every replica the same step
+            self.dp.all_reduce_grads(self.policy.parameters())  # (FSDP2 reduce-scattered them in the backward)
         params = [p for p in self.policy.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm or float("inf"))
         self.optimizer.step()
         if schedule:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return float(norm.full_tensor()) if hasattr(norm, "full_tensor") else float(norm)
 
     def _tasks_per_rank(self) -> int:
         """Groups this process generates per step: ``num_tasks``, or its share under data parallelism."""

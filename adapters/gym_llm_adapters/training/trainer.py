@@ -156,6 +156,11 @@ class Trainer(StepsMixin):
         self._load_policy(existing)
         if self.dp is not None:  # identical replicas whatever each rank loaded (a LoRA adapter's init, say)
             self.dp.broadcast_params(self.policy)
+        self._root = None  # under FSDP2: the module whose forward is the policy's log-prob call (training/fsdp.py)
+        if self.dp is not None and self.dp.strategy == "fsdp":
+            from gym_llm_adapters.training.fsdp import shard_policy
+
+            self._root = shard_policy(self.policy, world=self.dp.world, device=self.device)
         if saved is not None:  # after the model is built (a fresh adapter's init draws from torch's RNG)
             ckpt.restore_rng(saved.rng)
         self._start_engine()
@@ -268,7 +273,12 @@ class Trainer(StepsMixin):
         if self._saved_optimizer is not None:
             saved, self._saved_optimizer = self._saved_optimizer, None
             if self.state.step > 0 and self._phase_of(self.state.step - 1) == phase:  # saved mid-phase: go on
-                self.optimizer.load_state_dict(saved["optimizer"])
+                if self._root is not None:  # whole moments in the file (any run's): cut to this rank's shards
+                    from gym_llm_adapters.training.fsdp import load_optimizer_state
+
+                    load_optimizer_state(self.optimizer, saved["optimizer"])
+                else:
+                    self.optimizer.load_state_dict(saved["optimizer"])
                 self.scheduler.load_state_dict(saved["scheduler"])
         self._phase_start = self.state.step
         if phase == "sft":
@@ -349,16 +359,20 @@ class Trainer(StepsMixin):
             return load_policy(self.state.reference, device=self.device, dtype=self.config.dtype)[0].eval()
         if self.config.sft_warmup_steps and self.state.step > 0:  # RL starts now, after SFT: keep this policy
             path = ckpt.checkpoints_dir(self.out_dir) / "reference"
+            whole = self._full_weights()  # under FSDP2 every rank gathers; rank 0 writes
             if self.is_main:
-                self.policy.save_pretrained(path, safe_serialization=True)
+                self.policy.save_pretrained(path, state_dict=whole, safe_serialization=True)
                 self.tokenizer.save_pretrained(path)
+            if self.dp is not None:  # every rank reads it next
+                self.dp.barrier()
             self.state.reference = str(path)
+            if self._root is not None:  # a sharded policy is not copied: its whole weights, just written
+                return _frozen(load_policy(path, device=self.device, dtype=master_dtype(self.config.dtype))[0])
         elif self.resumed_from is not None:  # the reference is the starting model
             return load_policy(resolve_model(self.config.model), device=self.device, dtype=self.config.dtype)[0].eval()
-        reference = copy.deepcopy(self.policy).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        return reference
+        elif self._root is not None:  # the sharded policy's starting weights, whole: those every rank loaded
+            return _frozen(load_policy(self.model_dir, device=self.device, dtype=master_dtype(self.config.dtype))[0])
+        return _frozen(copy.deepcopy(self.policy))
 
     def _lora_reference_scope(self) -> Any:
         """LoRA's reference: the base with the adapter off; after an SFT warm start, with the adapter as RL found it
@@ -423,20 +437,35 @@ class Trainer(StepsMixin):
         self.state.version = self.engine.version
         self.state.phase = self._phase_of(self.state.step)
         model = self.policy if self.peft_model is None else self.peft_model  # a LoRA run saves its adapter
+        whole = None
+        if self._root is not None:  # FSDP2: every rank gathers the whole weights and moments; rank 0 writes them
+            from gym_llm_adapters.training.fsdp import full_optimizer_state
+
+            whole = (self._full_weights(), full_optimizer_state(self.optimizer))
         if not self.is_main:
             self.dp.barrier()
             return ckpt.checkpoints_dir(self.out_dir) / f"step-{self.state.step:06d}"
         if self.dp is not None:
             try:
-                return self._save(model)
+                return self._save(model, whole)
             finally:
                 self.dp.barrier()
-        return self._save(model)
+        return self._save(model, whole)
 
-    def _save(self, model: Any) -> Path:
+    def _save(self, model: Any, whole: tuple[dict, dict] | None = None) -> Path:
         return ckpt.save_checkpoint(self.out_dir, self.state, model=model, tokenizer=self.tokenizer,
                                     optimizer=self.optimizer, scheduler=self.scheduler,
-                                    keep=self.config.keep_checkpoints)
+                                    keep=self.config.keep_checkpoints, model_state=whole and whole[0],
+                                    optimizer_state=whole and whole[1])
+
+    def _full_weights(self) -> dict[str, Any] | None:
+        """The policy's whole weights under FSDP2 (collective: every rank calls it); None otherwise (the model's own
+        state dict is whole)."""
+        if self._root is None:
+            return None
+        from gym_llm_adapters.training.fsdp import full_state_dict
+
+        return full_state_dict(self.policy)
 
     def _phase_of(self, step: int) -> str:
         if self.config.algorithm == "sft" or step < self.config.sft_warmup_steps:
@@ -562,3 +591,10 @@ def _progress(total: int, initial: int, enabled: bool):
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:
     keys = ("train/reward_mean", "train/kl", "train/loss", "sft/loss")
     return {k.split("/")[1]: f"{metrics[k]:.3g}" for k in keys if k in metrics}
+
+
+def _frozen(model: Any) -> Any:
+    """``model`` in eval mode with no parameter requiring a gradient (a KL reference)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
