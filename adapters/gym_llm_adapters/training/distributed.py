@@ -168,8 +168,22 @@ def sharding_strategy(config: Any) -> str:
     """``"fsdp"`` or ``"ddp"`` for ``config.sharding`` (``"auto"``: FSDP2 for a full fine-tune, DDP for LoRA)."""
     sharding = getattr(config, "sharding", "auto")
     if sharding == "auto":
-        return "ddp" if getattr(config, "lora_rank", None) is not None else "fsdp"
+        return "ddp" if getattr(config, "lora_rank", None) is not None or not fsdp2_available() else "fsdp"
+    if sharding == "fsdp" and not fsdp2_available():
+        import torch
+
+        raise DataParallelError(f"--sharding fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.6); this "
+                                f"torch is {torch.__version__}. Upgrade torch, or use --sharding ddp.")
     return sharding
+
+
+def fsdp2_available() -> bool:
+    """Whether this torch has FSDP2's ``fully_shard`` (torch >= 2.6; gloo and nccl both run it)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def check_data_parallel(config: Any, *, world: int, local_world: int) -> None:
@@ -189,6 +203,7 @@ def check_data_parallel(config: Any, *, world: int, local_world: int) -> None:
         raise DataParallelError(
             f"--async-steps {config.async_steps} with {world} ranks is not supported yet (each rank would need its own "
             "overlapped engine server); run the ranks synchronously (--async-steps 0) or one process with --async-steps.")
+    sharding_strategy(config)  # --sharding fsdp on a torch without FSDP2
     from gym_llm_adapters.training.setup import resolve_device
 
     device = resolve_device(config.device)

@@ -30,10 +30,13 @@ base outside the root's forward. Which backend: ``gloo`` (CPU; FSDP2 runs there 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 __all__ = ["LogProbRoot", "decoder_layers", "full_optimizer_state", "full_state_dict", "load_optimizer_state",
-           "padding_pass", "shard_policy"]
+           "padding_pass", "shard_for_run", "shard_policy"]
+
+logger = logging.getLogger(__name__)
 
 
 def decoder_layers(model: Any) -> list[Any]:
@@ -92,6 +95,21 @@ def shard_policy(policy: Any, *, world: int, device: str) -> LogProbRoot:
             module.set_gradient_divide_factor(1.0)  # summed: each rank's loss is already over the global batch
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM; the factor is 1)
     return root
+
+
+def shard_for_run(policy: Any, dp: Any, *, sharding: str, device: str) -> LogProbRoot | None:
+    """The trainer's call: :func:`shard_policy` over ``dp``'s ranks; or, under ``--sharding auto``, None for a model
+    without a list of decoder layers (``dp.strategy`` becomes ``"ddp"``: whole replicas, with a warning)."""
+    try:
+        decoder_layers(policy)
+    except ValueError:
+        if sharding == "fsdp":
+            raise
+        logger.warning("--sharding auto: %s has no list of decoder layers to shard; keeping whole replicas (DDP)",
+                       type(policy).__name__)
+        dp.strategy = "ddp"
+        return None
+    return shard_policy(policy, world=dp.world, device=device)
 
 
 def padding_pass(root: LogProbRoot, device: str) -> Any:

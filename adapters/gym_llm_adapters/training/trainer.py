@@ -158,9 +158,9 @@ class Trainer(StepsMixin):
             self.dp.broadcast_params(self.policy)
         self._root = None  # under FSDP2: the module whose forward is the policy's log-prob call (training/fsdp.py)
         if self.dp is not None and self.dp.strategy == "fsdp":
-            from gym_llm_adapters.training.fsdp import shard_policy
+            from gym_llm_adapters.training.fsdp import shard_for_run
 
-            self._root = shard_policy(self.policy, world=self.dp.world, device=self.device)
+            self._root = shard_for_run(self.policy, self.dp, sharding=config.sharding, device=self.device)
         if saved is not None:  # after the model is built (a fresh adapter's init draws from torch's RNG)
             ckpt.restore_rng(saved.rng)
         self._start_engine()

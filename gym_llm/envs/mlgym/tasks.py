@@ -106,7 +106,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         from gym_llm.core.extras import MissingExtraError
 
         raise MissingExtraError("LLMMLGym-v0 reads MLGym's YAML configs with pyyaml, which is not installed. "
-                                "Install it with: pip install pyyaml", name="yaml") from e
+                                "Install it with: pip install 'gym-llm[mlgym]' (or pip install pyyaml)", name="yaml") from e
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:

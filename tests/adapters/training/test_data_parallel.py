@@ -50,6 +50,9 @@ def _check_against_one_process(tmp_path: Path, *, steps: int, aggregation: str, 
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     grpo = [r for r in rows if "train/loss" in r]
     assert [r["step"] for r in grpo] == list(range(1, steps + 1))  # one writer: each step logged once
+    # each rank's engine samples with the weights the trainer has (after step 1: the pushed ones, gathered whole under
+    # FSDP2): the trainer's log-probs of the sampled tokens equal the engine's (the max over both ranks)
+    assert all(r["train/engine_log_ratio_abs_max"] < 1e-3 for r in grpo), [r["train/engine_log_ratio_abs_max"] for r in grpo]
     records = read_rollouts(run / "rollouts.jsonl")
     per_step = 4 * 4  # num_tasks x group_size: the global batch, both ranks' halves
     assert len(records) == steps * per_step

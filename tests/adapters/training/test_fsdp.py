@@ -69,3 +69,15 @@ def test_sharding_is_fsdp2_for_a_full_fine_tune_and_ddp_for_lora_and_fsdp_with_l
         config(sharding="fsdp", lora_rank=4)
     with pytest.raises(ValueError, match="sharding must be 'auto', 'ddp' or 'fsdp'"):
         config(sharding="zero3")
+
+
+def test_auto_keeps_whole_replicas_for_a_model_without_decoder_layers_and_fsdp_refuses_it():
+    from types import SimpleNamespace
+
+    from gym_llm_adapters.training.fsdp import shard_for_run
+
+    dp = SimpleNamespace(strategy="fsdp", world=2)
+    assert shard_for_run(torch.nn.Linear(2, 2), dp, sharding="auto", device="cpu") is None
+    assert dp.strategy == "ddp"  # the trainer then all-reduces whole gradients
+    with pytest.raises(ValueError, match="no list of decoder layers"):
+        shard_for_run(torch.nn.Linear(2, 2), SimpleNamespace(strategy="fsdp", world=2), sharding="fsdp", device="cpu")
