@@ -117,7 +117,8 @@ def main() -> None:
                "ours": f"{ours_raw:,.0f} (no text) / {ours_text:,.0f} (text)",
                "baseline": f"TorchRL `LLMHashingEnv` {theirs_raw:,.0f} / {theirs_text:,.0f}",
                "ratio": f"**{ours_raw / theirs_raw:.1f}x / {ours_text / theirs_text:.1f}x**",
-               "target": "≥ 3x / ≥ 10x", "headline": True,
+               # not a README headline: the README's table holds 12 rows and this one was left out of it
+               "target": "≥ 3x / ≥ 10x",
                "headline_what": f"hashing env steps/s, B={args.batch}, {args.prompt_tokens}-token prompts",
                "headline_ratio": f"**{ours_raw / theirs_raw:.1f}x / {ours_text / theirs_text:.1f}x** TorchRL's "
                                  "`LLMHashingEnv` (no text / text)"}
