@@ -89,6 +89,14 @@ class DataParallel:
         dist.gather_object(obj, out, dst=0)
         return out
 
+    def all_gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` on every rank, in rank order."""
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
     def all_reduce_grads(self, params: Iterable[Any]) -> None:
         """Sum the gradients of ``params`` over the ranks, in place (one flat buffer per dtype: few messages). A
         parameter without a gradient on this rank (no rows this step) counts as zeros, so every rank sends the same

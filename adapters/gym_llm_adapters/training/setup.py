@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["resolve_device", "build_engine", "load_policy", "start_server_engine", "vllm_available"]
+__all__ = ["resolve_device", "build_engine", "frozen", "load_policy", "start_server_engine", "vllm_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,3 +137,10 @@ def load_policy(model_dir: str | Path, *, device: str, dtype: str) -> tuple[Any,
         raise ValueError(f"the tokenizer of {model_dir} has no eos token; episodes could never end a turn.")
     model.train()
     return model, tokenizer
+
+
+def frozen(model: Any) -> Any:
+    """``model`` in eval mode with no parameter requiring a gradient (a KL reference)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()

@@ -179,7 +179,7 @@ class StepsMixin:
                                         engine_tokens, generate_s))
         rewards = batch.rewards.astype(np.float64)
         if self.dp is not None:  # the global batch's rewards (scored rows)
-            rewards = np.concatenate(self._all_gather(rewards))
+            rewards = np.concatenate(self.dp.all_gather(rewards))
         metrics.update({
             "train/reward_mean": float(rewards.mean()), "train/reward_std": float(rewards.std()),
             "train/pass_rate": float((rewards >= cfg.pass_threshold).mean()), "train/loss": loss_total,
@@ -310,13 +310,6 @@ class StepsMixin:
             return []
         gathered = self.dp.gather(trajectories)
         return [t for part in gathered for t in part] if gathered is not None else []
-
-    def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self.dp.world
-        dist.all_gather_object(out, array)
-        return out
 
 
 def _empty_batch() -> Any:

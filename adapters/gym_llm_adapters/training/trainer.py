@@ -53,7 +53,7 @@ from gym_llm_adapters.training.evaluation import EvalSummary, Evaluator
 from gym_llm_adapters.training.memory import backward_token_budget
 from gym_llm_adapters.training.metrics import MetricsCallback, MetricsLogger, plot_training_curves
 from gym_llm_adapters.training.precision import master_dtype
-from gym_llm_adapters.training.setup import build_engine, load_policy, resolve_device
+from gym_llm_adapters.training.setup import build_engine, frozen, load_policy, resolve_device
 from gym_llm_adapters.training.step_time import StepTimes
 from gym_llm_adapters.training.steps import StepsMixin
 
@@ -367,12 +367,12 @@ class Trainer(StepsMixin):
                 self.dp.barrier()
             self.state.reference = str(path)
             if self._root is not None:  # a sharded policy is not copied: its whole weights, just written
-                return _frozen(load_policy(path, device=self.device, dtype=master_dtype(self.config.dtype))[0])
+                return frozen(load_policy(path, device=self.device, dtype=master_dtype(self.config.dtype))[0])
         elif self.resumed_from is not None:  # the reference is the starting model
             return load_policy(resolve_model(self.config.model), device=self.device, dtype=self.config.dtype)[0].eval()
         elif self._root is not None:  # the sharded policy's starting weights, whole: those every rank loaded
-            return _frozen(load_policy(self.model_dir, device=self.device, dtype=master_dtype(self.config.dtype))[0])
-        return _frozen(copy.deepcopy(self.policy))
+            return frozen(load_policy(self.model_dir, device=self.device, dtype=master_dtype(self.config.dtype))[0])
+        return frozen(copy.deepcopy(self.policy))
 
     def _lora_reference_scope(self) -> Any:
         """LoRA's reference: the base with the adapter off; after an SFT warm start, with the adapter as RL found it
@@ -591,10 +591,3 @@ def _progress(total: int, initial: int, enabled: bool):
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:
     keys = ("train/reward_mean", "train/kl", "train/loss", "sft/loss")
     return {k.split("/")[1]: f"{metrics[k]:.3g}" for k in keys if k in metrics}
-
-
-def _frozen(model: Any) -> Any:
-    """``model`` in eval mode with no parameter requiring a gradient (a KL reference)."""
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model.eval()

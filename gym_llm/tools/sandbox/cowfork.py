@@ -121,7 +121,7 @@ def hazards(pid: int, *, writable_paths: tuple[str, ...] = (), seccomp_filters: 
         stacked = int(_status(pid).get("Seccomp_filters", "0"))
         if stacked != seccomp_filters:
             found.append(f"it runs under {stacked} seccomp filters, not {seccomp_filters}")
-    threads = len(os.listdir(f"/proc/{pid}/task"))
+    threads = _live_threads(pid)
     if threads > 1:
         found.append(f"it runs {threads} threads (only one would be copied, and a lock another holds, e.g. Python's "
                      "GIL, would never be released in the copy)")
@@ -139,6 +139,26 @@ def hazards(pid: int, *, writable_paths: tuple[str, ...] = (), seccomp_filters: 
         found.append(f"{len(shared)} shared or writable-file memory mapping(s) the copy would share with it: "
                      f"{'; '.join(shared[:3])}")
     return found
+
+
+def _live_threads(pid: int, *, settle_s: float = 0.05) -> int:
+    """The threads of ``pid`` that are not exiting. A thread its code just joined can stay listed for a moment while
+    the kernel finishes its exit (after it cleared its tid, which is what ``join`` waits for; it holds no user-space
+    lock by then): a count above one is read again for up to ``settle_s`` before it is believed, and dead or zombie
+    tasks never count."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        live = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue  # gone between the listing and the read
+            live += state not in ("Z", "X")
+        if live <= 1 or time.monotonic() >= deadline:
+            return live
+        time.sleep(0.002)
 
 
 def _kill(pid: int | None) -> None:

@@ -186,3 +186,25 @@ def test_the_documented_command_parses_to_an_overlapped_run():
     assert argv[:4] == ["taskset", "-c", "1", "gym-llm"]
     config = config_from_args(parse_args(argv[4:]))
     assert (config.engine, config.engine_cpus, config.async_steps) == ("vllm-server", (0,), 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the documented command pins the trainer to core 1")
+def test_the_documented_command_runs_as_written(tmp_path):
+    """docs/cli.md's --async-steps command, run as written from a folder of its own (its --out runs/async lands
+    there): the engine server on core 0, the trainer on core 1, four steps, each within the bound."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", (repo / "docs" / "cli.md").read_text(), flags=re.S)
+                 if "--async-steps" in b)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(repo)}
+    done = subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    out = tmp_path / "runs" / "async"
+    steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "train/loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert all(r["train/version_lag"] <= 1 for r in steps) and any(r["train/version_lag"] == 1 for r in steps)
+    assert (out / "engine.log").stat().st_size > 0 and "done after 4 steps" in done.stdout

@@ -145,6 +145,8 @@ def test_the_cli_under_torchrun_trains_with_one_writer_and_refuses_what_the_rank
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r or "train/reward_failed" in r] == [1, 2]
     assert len(read_rollouts(out / "rollouts.jsonl")) == 2 * 2 * 2
+    said = done.stdout + done.stderr + "".join(p.read_text() for p in out.glob("train*.log"))
+    assert "FSDP2: each rank holds 1/2 of the weights" in said  # a full fine-tune: sharded by default
 
     args[args.index("--num-tasks") + 1] = "3"
     args[-1] = str(tmp_path / "refused")
