@@ -72,14 +72,32 @@ def child_train(args: argparse.Namespace) -> None:
               num_tasks=args.num_tasks, group_size=args.group_size, max_new_tokens=args.max_new_tokens, **extra)
     with Trainer(cfg) as trainer:
         trainer.run()
+        held = policy_state_bytes(trainer)
         if not trainer.is_main:
             return
         rows = [r for r in trainer.metrics.rows if "train/step_s" in r][args.warmup:]
+    import resource
+
     phases = sorted({k for r in rows for k in r if k.startswith("time/") and k.endswith("_s")})
     print("RESULT " + json.dumps({
         "step_s": statistics.median(r["train/step_s"] for r in rows),
         "phases": {k[5:-2]: statistics.median(r.get(k, 0.0) for r in rows) for k in phases},
-        "completions": cfg.num_tasks * cfg.group_size}))
+        "completions": cfg.num_tasks * cfg.group_size, "policy_state_bytes": held,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def policy_state_bytes(trainer: Any) -> int:
+    """Bytes of the policy's weights and AdamW moments this process holds (under FSDP2 its shards: the local part of
+    each DTensor). The peak RSS beside it also counts the engine's and the reference's copies."""
+    import torch
+
+    def local(t: Any) -> Any:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    tensors = [local(p) for p in trainer.policy.parameters()]
+    tensors += [local(v) for state in trainer.optimizer.state.values() for v in state.values()
+                if torch.is_tensor(v) and v.dim() > 0]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def child_trl(args: argparse.Namespace) -> None:
@@ -222,7 +240,9 @@ def main() -> None:
                 record["dp"]["ratio" if sharding == "ddp" else "ratio_fsdp"] = two["step_s"] / one["step_s"]
                 print(f"\ndata-parallel (engine hf, --sharding {sharding}): 1 process x 2 threads {one['step_s']:.2f} "
                       f"s/step, torchrun 2 ranks x 1 thread {two['step_s']:.2f} s/step: ratio "
-                      f"{two['step_s'] / one['step_s']:.2f}x")
+                      f"{two['step_s'] / one['step_s']:.2f}x; policy weights + AdamW state per rank "
+                      f"{two['policy_state_bytes'] / 2**20:.1f} MiB (one process {one['policy_state_bytes'] / 2**20:.1f}"
+                      f" MiB), peak RSS rank 0 {two['peak_rss_bytes'] / 2**20:.0f} MiB")
         if "trl" in rows:
             import trl as trl_module
 

@@ -303,8 +303,12 @@ def from_overlap(raw: dict[str, Any], *, headline: bool = False) -> dict[str, An
         d = raw["dp"]  # records before FSDP2 was added hold the DDP row only
         for key, ratio, sharding in (("two", "ratio", "DDP"), ("fsdp", "ratio_fsdp", "FSDP2")):
             if key in d:
+                held = d[key].get("policy_state_bytes")  # recorded from the FSDP2 stop on
+                memory = "" if held is None else (
+                    f"; policy weights + AdamW state per rank {held / 2**20:.1f} MiB (one process "
+                    f"{d['one']['policy_state_bytes'] / 2**20:.1f} MiB), peak RSS {d[key]['peak_rss_bytes'] / 2**20:.0f} MiB")
                 rows.append({"what": f"data parallel, {sharding}: torchrun 2 ranks x 1 thread ({shape}, engine hf)",
-                             "ours": f"{d[key]['step_s']:.2f} s/step",
+                             "ours": f"{d[key]['step_s']:.2f} s/step{memory}",
                              "baseline": f"1 process x 2 threads: {d['one']['step_s']:.2f} s/step",
                              "ratio": f"{d[ratio]:.2f}x the step time"})
     for key, label in (("trl", "transformers generation"), ("trl_vllm", "vLLM in-process (TRL: colocate)")):
