@@ -101,6 +101,17 @@ def test_two_lora_ranks_reach_the_weights_of_one_process_on_the_same_global_batc
 
 
 @pytest.mark.slow
+def test_two_fsdp2_ranks_push_the_gathered_weights_and_reach_one_process(tmp_path):
+    """Two FSDP2 steps in one process, sequence mean: step 2 samples from each rank's engine after step 1's push of the
+    gathered weights (the engine/trainer log-prob check in _check_against_one_process fails if that push is skipped),
+    and the weights equal one process's on the same global batches."""
+    done = _torchrun("-m", "tests.adapters.training.dp_run", str(tmp_path), "2", "sequence_mean", "fsdp")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert torch.load(tmp_path / "rank-0.pt")["parameter_type"] == "DTensor"
+    _check_against_one_process(tmp_path, steps=2, aggregation="sequence_mean")
+
+
+@pytest.mark.slow
 def test_a_run_stopped_under_ddp_and_resumed_under_fsdp2_reaches_the_weights_of_one_process(tmp_path):
     """Full fine-tuning, token mean: step 1 under DDP (whole replicas), stopped (checkpoint: weights, AdamW state,
     schedule), and step 2 resumed by both ranks under FSDP2 (each holds half of every weight and moment: the
