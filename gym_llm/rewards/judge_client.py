@@ -14,8 +14,8 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from gym_llm.rewards.judge_rubric import JudgeError
 
@@ -32,12 +32,30 @@ class Endpoint:
             records); a local server needs none.
         structured: ask the server to constrain the judge's output to the score format (vLLM's ``structured_outputs``
             regex). Makes a small local judge always answer in format; providers without it must leave it False.
+        extra_body: further fields of every request's JSON body, as the server names them: e.g.
+            ``{"chat_template_kwargs": {"enable_thinking": False}}`` for a Qwen3 judge on vLLM, ``{"top_k": 1}``.
+            ``structured_outputs`` is set by ``structured`` and cannot be given here.
     """
 
     base_url: str
     model: str
     api_key_env: str | None = None
     structured: bool = False
+    extra_body: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.extra_body is None:
+            return
+        if not isinstance(self.extra_body, Mapping):
+            raise TypeError(f"extra_body must be a mapping of request fields, got {type(self.extra_body).__name__}; "
+                            "pass e.g. extra_body={'top_k': 1}.")
+        if "structured_outputs" in self.extra_body:
+            raise ValueError("extra_body must not set 'structured_outputs': pass structured=True, which sets the "
+                             "score format's regex.")
+        try:
+            json.dumps(dict(self.extra_body))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"extra_body must be JSON-serialisable (it is sent as the request body): {e}") from None
 
     def api_key(self) -> str:
         if self.api_key_env is None:
@@ -126,7 +144,9 @@ class _Client:
                 self._cache.move_to_end(key)
                 return hit[0], 0, True, hit[2]
         start = time.monotonic()
-        extra = {"structured_outputs": {"regex": regex}} if regex is not None and self.endpoint.structured else None
+        more = dict(self.endpoint.extra_body or {})
+        extra = {**more, "structured_outputs": {"regex": regex}} if regex is not None and self.endpoint.structured \
+            else (more or None)
         options = {"logprobs": True, "top_logprobs": 20} if distribution else {}
         attempt, last = 0, "no attempt"
         while True:

@@ -86,8 +86,12 @@ def test_a_cached_repeat_makes_no_call(structured):
 
 
 def test_a_deadline_hit_is_a_failed_reward_in_time(free):
-    slow = Rubric(Rubric.criterion(None).template, max_tokens=1500)  # noise until the budget: far past the deadline
-    judge = LLMJudge(free, slow, deadline_s=0.3, max_retries=3)
+    """The server must run past the deadline whatever the model writes: ``ignore_eos`` (a vLLM request field, sent
+    through ``extra_body``) makes it generate all 1,000 tokens (seconds on this CPU) against a 0.3 s deadline; without
+    it the random-init model sometimes ended its reply in time and the test saw a parse error instead."""
+    slow = Rubric(Rubric.criterion(None).template, max_tokens=1000)
+    endpoint = Endpoint(free.base_url, free.model, extra_body={"ignore_eos": True})
+    judge = LLMJudge(endpoint, slow, deadline_s=0.3, max_retries=3)
     start = time.monotonic()
     result = judge.judge(TASK, conversation("Waves."))
     assert result.reward is None and "deadline of 0.3 s passed" in result.error

@@ -84,9 +84,9 @@ def test_a_numeric_reference_never_reaches_math_verify(monkeypatch, answer):
         raise AssertionError("math-verify was called for a numeric reference")
 
     monkeypatch.setattr(gsm8k, "_math_verify_equal", forbidden)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine cannot fail it, a CAS call or a backtracking pattern can
     g = grade(f"{WORK}#### {answer}", "18")
-    assert not g.correct and g.error is None and time.perf_counter() - start < 0.5, g
+    assert not g.correct and g.error is None and time.process_time() - start < 0.5, g
     assert not is_equivalent(answer, "18")
 
 
