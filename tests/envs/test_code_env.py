@@ -348,10 +348,10 @@ def test_the_program_is_the_last_python_block(reply, program, note):
 def test_the_extraction_is_linear_on_hostile_replies():
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine cannot fail it, a backtracking pattern can
     for reply in ("```python\n" * 20_000, "```\n" * 20_000 + "x", "`" * 100_000, "```python\n" + "x\n" * 50_000):
         extract_program(reply, CodeProblem("asserts", "x"))
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
 
 
 def test_the_vector_env_grades_sub_envs_in_parallel_and_keeps_groups():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import ray
@@ -137,10 +136,9 @@ def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cl
     batches = []
     with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
                       worker_timeout_s=5) as collector:
-        deadline = time.monotonic() + 180
         with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
-            while time.monotonic() < deadline:
-                batches.append(collector.next_batch())
+            for _ in range(30):  # 3 batches come first (each next_batch is bounded by worker_timeout_s); no wall clock:
+                batches.append(collector.next_batch())  # a loaded machine once ran out a 180 s one
         stats = collector.stats
         with pytest.raises(RuntimeError, match="Make a new RayCollector"):
             collector.next_batch()
