@@ -187,14 +187,19 @@ def test_train_out_holding_a_run_needs_resume(in_process, tmp_path):
         assert status == 2 and fragment in err, err
 
 
-def test_a_warm_start_with_nothing_to_learn_is_a_user_error_not_a_bug(tmp_path):
-    """Every worked answer is longer than --max-new-tokens: known only once the env's tasks are read (after the
-    model loads), still one clear line and status 2, not an 'internal error'."""
+def test_a_warm_start_with_nothing_to_learn_is_a_user_error_not_a_bug(tmp_path, in_process):
+    """Every worked answer is longer than --max-new-tokens: known once the env's tasks are read with the model's
+    tokenizer, which a fresh run does before any model or engine loads (guarded: loading one fails the test): one
+    clear line and status 2, not an 'internal error' after the step-0 evaluation."""
     result = gym_llm("train", "grpo", "--env", "LLMGSM8K-v0", "--source", "arithmetic", "--model", "tiny",
                      "--engine", "hf", "--device", "cpu", "--sft-warmup-steps", "1", "--steps", "1",
                      "--max-new-tokens", "2", "--eval-every", "0", "--eval-episodes", "1", "--no-progress",
-                     "--out", str(tmp_path / "run"), guarded=False)
+                     "--out", str(tmp_path / "run"))
     assert_user_error(result, "the SFT warm start has no data", "longer than max_new_tokens=2", "raise max_new_tokens")
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["train.log"]
+    # the same folder again (the failed start left only its log): the same error, not "other files in it"
+    status, err = in_process(*result.args[3:])
+    assert status == 2 and "longer than max_new_tokens=2" in err and "other files" not in err, err
 
 
 # ---------------------------------------------------------------------------- LoRA settings, found first

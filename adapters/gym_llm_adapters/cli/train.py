@@ -220,7 +220,7 @@ def _check_out(out: Path, resume: bool) -> None:
         raise UsageError(f"--resume: {out} holds no run to continue (no checkpoint); drop --resume to start one")
     if not resume and has_run:
         raise UsageError(f"--out {out} already holds a run; pass --resume to continue it, or choose another --out")
-    if not resume and out.is_dir() and any(out.iterdir()):
+    if not resume and out.is_dir() and any(p.name != "train.log" for p in out.iterdir()):  # the log: a failed start
         raise UsageError(f"--out {out} is a folder with other files in it; choose a new or empty folder")
 
 
@@ -405,16 +405,18 @@ def run(args: argparse.Namespace) -> int:
 
     log_to(config.out_dir / "train.log", command="train")  # the dependencies' messages, from here on (not with -v)
 
+    from gym_llm_adapters.training.sft_data import SFTDataError
+
     try:
         trainer = Trainer(config, resume=args.resume)  # a resumed run's state files are read (as data) here
     except CheckpointError as e:
         raise UsageError(str(e)) from e
-    from gym_llm_adapters.training.sft_data import SFTDataError
-
+    except SFTDataError as e:  # a fresh run reads the warm start's data before any model loads
+        raise UsageError(f"the SFT warm start has no data: {e}") from e
     with trainer, logging_redirect_tqdm():  # logs print above the bar
         try:
             result = trainer.run()
-        except SFTDataError as e:  # the warm start's data is known only once the env's tasks are read
+        except SFTDataError as e:  # a resumed run reads it when its SFT phase starts
             raise UsageError(f"the SFT warm start has no data: {e}") from e
     if not trainer.is_main:  # a data-parallel rank other than 0: rank 0 says what the run did
         return 130 if result.interrupted else 0

@@ -23,7 +23,8 @@ from gym_llm.core.tasks import Task
 from gym_llm_adapters.losses.selection import select_rollouts
 from gym_llm_adapters.types import Trajectory
 
-__all__ = ["REFERENCE_FIELDS", "SFTDataError", "reference_reply", "reference_trajectories", "rollout_trajectories"]
+__all__ = ["REFERENCE_FIELDS", "SFTDataError", "reference_reply", "reference_trajectories", "rollout_trajectories",
+           "warm_start_data"]
 
 class SFTDataError(ValueError):
     """The warm start's data gives nothing to learn from: the user's settings, not a bug (``gym-llm train`` exits 2)."""
@@ -111,3 +112,19 @@ def rollout_trajectories(path: str | Path, *, min_reward: float | None = None,
     if not trajectories:
         raise SFTDataError(f"no trajectory of {path} passes the selection (min_reward={min_reward}, top_k={top_k}).")
     return trajectories
+
+
+def warm_start_data(config: Any, tokenizer: Any = None) -> list[Trajectory]:
+    """The SFT phase's examples as a :class:`~gym_llm_adapters.training.config.TrainConfig` asks (``sft_data``:
+    ``"references"`` or a rollout file). ``tokenizer`` None: the model folder's own, read without loading the model,
+    so a fresh run refuses a warm start with nothing to learn (:class:`SFTDataError`) before any model or engine."""
+    if config.sft_data != "references":
+        return rollout_trajectories(config.sft_data, min_reward=config.sft_min_reward, top_k=config.sft_top_k)
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from gym_llm_adapters.models.resolve import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(config.model)), trust_remote_code=False)
+    return reference_trajectories(config.env_id, config.env_kwargs, tokenizer, max_seq_len=config.max_seq_len,
+                                  max_new_tokens=config.max_new_tokens, max_examples=config.sft_examples)

@@ -54,6 +54,7 @@ from gym_llm_adapters.training.memory import backward_token_budget
 from gym_llm_adapters.training.metrics import MetricsCallback, MetricsLogger, plot_training_curves
 from gym_llm_adapters.training.precision import master_dtype
 from gym_llm_adapters.training.setup import build_engine, frozen, load_policy, resolve_device
+from gym_llm_adapters.training.sft_data import warm_start_data
 from gym_llm_adapters.training.step_time import StepTimes
 from gym_llm_adapters.training.steps import StepsMixin
 
@@ -151,6 +152,8 @@ class Trainer(StepsMixin):
             config=config.to_json())
         self.resumed_from = existing
         self._saved_optimizer = saved.optimizer if saved is not None else None  # applied when its phase starts
+        # a fresh run's warm-start data is read (and refused: SFTDataError) before any model or engine loads
+        self._sft_ready = warm_start_data(config) if existing is None and self._phase_of(0) == "sft" else None
         torch.manual_seed(config.seed)
         np.random.seed(config.seed % 2**32)
         self._load_policy(existing)
@@ -284,20 +287,11 @@ class Trainer(StepsMixin):
         if phase == "sft":
             from gym_llm_adapters.losses import SFTLoss
 
-            self._sft_examples = self._load_sft_examples()
+            self._sft_examples, self._sft_ready = self._sft_ready or warm_start_data(cfg, self.tokenizer), None
             self._sft_loss = SFTLoss()
         else:
             self._start_rl()
         self._phase = phase
-
-    def _load_sft_examples(self) -> list[Any]:
-        from gym_llm_adapters.training.sft_data import reference_trajectories, rollout_trajectories
-
-        cfg = self.config
-        if cfg.sft_data == "references":
-            return reference_trajectories(cfg.env_id, cfg.env_kwargs, self.tokenizer, max_seq_len=cfg.max_seq_len,
-                                          max_new_tokens=cfg.max_new_tokens, max_examples=cfg.sft_examples)
-        return rollout_trajectories(cfg.sft_data, min_reward=cfg.sft_min_reward, top_k=cfg.sft_top_k)
 
     def _start_rl(self) -> None:
         import gymnasium as gym
