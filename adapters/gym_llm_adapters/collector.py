@@ -299,6 +299,7 @@ class Collector(_ShardSteps):
                 while not self._batch_ready():
                     self.advance()
                 batch = self._take_batch()
+            self._held.score(batch, self._score)  # held until scored: a reward stage that raises loses nothing
             self._held.write(self.writer, batch)  # held until it is on disk: a failed write loses nothing
             self.stats.batches += 1
             self._tick(len(batch))
@@ -381,15 +382,19 @@ class Collector(_ShardSteps):
 
     def _take_batch(self) -> list[Any]:
         if self.mode == "episodes":
-            batch = self._groups.pop(self.batch_size)
-            if self.reward_stages:
-                start = time.perf_counter()
-                apply_stages(batch, [self._task_of(t) for t in batch], self.reward_stages, self.env_reward_weight)
-                self.stats.reward_stage_s += time.perf_counter() - start
-            self.stats.reward_failed += sum(t.reward_failed for t in batch)
-            return batch
+            return self._groups.pop(self.batch_size)
         batch, self._steps = self._steps[: self.batch_size], self._steps[self.batch_size:]
         return batch
+
+    def _score(self, batch: list[Any]) -> None:
+        """The reward stages on a batch of whole groups (episodes mode), and its failed rewards counted."""
+        if self.mode != "episodes":
+            return
+        if self.reward_stages:
+            start = time.perf_counter()
+            apply_stages(batch, [self._task_of(t) for t in batch], self.reward_stages, self.env_reward_weight)
+            self.stats.reward_stage_s += time.perf_counter() - start
+        self.stats.reward_failed += sum(t.reward_failed for t in batch)
 
     # ------------------------------------------------------------------------------ reward stages
     def _shard_tasks(self, shard: _Shard) -> Any:

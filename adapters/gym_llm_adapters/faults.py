@@ -7,9 +7,10 @@ env shard) and the :class:`~gym_llm_adapters.ray.RayCollector` (a failing env wo
   cause (:func:`root_cause`), and the unit gets fresh group ids. Past ``max_restarts`` for one unit the budget
   refuses: it raises :class:`CollectorBrokenError` naming the cause and the fix (the collector raises it again on
   every later call). A ``KeyboardInterrupt`` (or any ``BaseException`` that is not an ``Exception``) is never recovered from.
-* :class:`HeldBatch` — **a batch is kept until it is on disk.** A failed write (``ENOSPC``, Ctrl-C) leaves nothing of
-  the batch in the file (the writer cuts back to where it began) and the batch stays held; the next call writes and
-  returns that same batch before collecting anything new.
+* :class:`HeldBatch` — **a batch is kept until it is scored and on disk.** A reward stage that raises (a judge server
+  down, a user's stage with a bug) leaves the batch held, unscored: the next call scores it again before collecting
+  anything new. A failed write (``ENOSPC``, Ctrl-C) leaves nothing of the batch in the file (the writer cuts back to
+  where it began) and the batch stays held, scored; the next call writes and returns that same batch.
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ class HeldBatch:
 
     def __init__(self) -> None:
         self.batch: list[Any] | None = None
+        self.scored = False  # whether the held batch's reward stages ran (a write failed) or not (a stage raised)
+
+    def score(self, batch: list[Any], stages: Callable[[list[Any]], None]) -> list[Any]:
+        """Run ``stages(batch)`` unless ``batch`` is the held one and already scored; on failure the batch stays
+        held, unscored, and the error propagates (with a note saying so)."""
+        if batch is self.batch and self.scored:
+            return batch
+        self.batch, self.scored = batch, False
+        try:
+            stages(batch)
+        except BaseException as e:
+            e.add_note(f"The batch's {len(batch)} trajectories are kept, unscored: the collector's next next_batch() "
+                       "scores them again before collecting anything new.")
+            raise
+        self.scored = True
+        return batch
 
     def write(self, writer: Any, batch: list[Any]) -> list[Any]:
         """Write ``batch`` (if there is a writer) and return it; on failure the batch stays held and the error
@@ -103,9 +120,9 @@ class HeldBatch:
         if writer is not None:
             self.batch = batch
             writer.write(batch)
-        self.batch = None
+        self.batch, self.scored = None, False
         return batch
 
     def take(self) -> list[Any] | None:
-        """The held batch, if a write failed (it goes first, as it was)."""
+        """The held batch, if a reward stage or a write failed (it goes first, as it was)."""
         return self.batch

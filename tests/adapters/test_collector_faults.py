@@ -338,6 +338,49 @@ def test_a_failed_write_leaves_nothing_on_disk_and_loses_no_batch(setup, tiny_to
     check_file(path, [first, second, third])
 
 
+class StageDownOnce:
+    """A reward stage (a reply's word count) whose second call raises, as a judge whose server went down would."""
+
+    source, weight = "test:words", 0.5
+
+    def __init__(self):
+        self.calls: list[list[Trajectory]] = []
+
+    def score(self, trajectories, tasks):
+        from gym_llm_adapters.reward_stages import Score
+
+        self.calls.append(list(trajectories))
+        if len(self.calls) == 2:
+            raise ConnectionError("judge server down")
+        return [Score(float(len(t.steps[-1].completion_text.split()))) for t in trajectories]
+
+
+def test_a_reward_stage_that_raises_loses_no_batch(tmp_path, tiny_tok, hf_engine):
+    """The popped batch stays held, unscored: the next call scores those same trajectories before stepping any env,
+    and the file holds each batch once, scored."""
+    stage, path = StageDownOnce(), tmp_path / "rollouts.jsonl"
+    with RolloutWriter(path) as writer, Collector(chat_env(tiny_tok, RewardFault()), hf_engine, SAMPLING,
+                                                  episodes_per_batch=2 * GROUP, seed=0, writer=writer,
+                                                  reward_stages=[stage]) as collector:
+        first = collector.next_batch()
+        with pytest.raises(ConnectionError, match="judge server down") as caught:
+            collector.next_batch()
+        assert "kept, unscored" in " ".join(caught.value.__notes__)
+        assert len(read_rollouts(path)) == len(first)  # nothing of the failed batch on disk
+        steps = collector.stats.env_steps
+        second = collector.next_batch()
+        assert collector.stats.env_steps == steps  # nothing new collected: the held batch came back
+        assert [id(t) for t in second] == [id(t) for t in stage.calls[1]] == [id(t) for t in stage.calls[2]]
+        third = collector.next_batch()
+    for batch in (first, second, third):
+        check_batch(batch, hf_engine, tiny_tok)
+        for t in batch:
+            words = float(len(t.steps[-1].completion_text.split()))
+            assert t.scores == [{"source": "test:words", "value": words, "weight": 0.5, "error": None}]
+    check_file(path, [first, second, third])
+    assert [t.scores for t in read_rollouts(path)] == [t.scores for b in (first, second, third) for t in b]
+
+
 KILLED_WRITER = """
 import os, signal, sys
 sys.path[:0] = {paths!r}

@@ -311,6 +311,7 @@ class RayCollector:
                 while not self._batch_ready():
                     self._pump()
                 batch = self._take_batch()
+            self._held.score(batch, self._score)  # held until scored: a reward stage that raises loses nothing
             self._held.write(self.writer, batch)  # held until it is on disk: a failed write loses nothing
             self.stats.batches += 1
             return batch
@@ -333,12 +334,18 @@ class RayCollector:
             group = self._ready.popleft()
             out.extend(group)
             self._num_ready -= len(group)
+        return out
+
+    def _score(self, batch: list[Any]) -> None:
+        """The reward stages on a batch of whole groups (episodes mode), and its failed rewards counted."""
+        if self.mode == "steps":
+            return
         if self.reward_stages:
             start = time.perf_counter()
-            apply_stages(out, [self._stage_tasks[t.task_id] for t in out], self.reward_stages, self.env_reward_weight)
+            apply_stages(batch, [self._stage_tasks[t.task_id] for t in batch], self.reward_stages,
+                         self.env_reward_weight)
             self.stats.reward_stage_s += time.perf_counter() - start
-        self.stats.reward_failed += sum(t.reward_failed for t in out)
-        return out
+        self.stats.reward_failed += sum(t.reward_failed for t in batch)
 
     def _tasks_on_driver(self) -> Any:
         """The env's tasks, from one env built here (the workers' envs are built from the same spec)."""
