@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
 import ray
 from ray_test_envs import (SAMPLING, assert_same_trajectory, chat_spec, check_complete, check_groups,
                            failing_chat_env, local_chat_env, reward_fn, run_until, variable_chat_env)
 
+from gym_llm.core.load import load_scaled
 from gym_llm_adapters.collector import Collector
 from gym_llm_adapters.engines import SamplingConfig
 from gym_llm_adapters.ray import EngineSpec, EnvSpec, EnvWorkerDiedError, RayCollector
@@ -135,7 +135,7 @@ def test_worker_exiting_then_hanging_mid_step_is_replaced_until_the_limit(ray_cl
     spec = EnvSpec(failing_chat_env, num_envs=4, tok=tiny_tok, crash_on_step=3, flag=str(tmp_path / "exited"))
     batches = []
     with RayCollector(spec, hf_engines, SAMPLING, episodes_per_batch=2, seed=0, max_worker_restarts=1,
-                      worker_timeout_s=5) as collector:
+                      worker_timeout_s=load_scaled(5.0)) as collector:  # a slow healthy poll is no hang
         with pytest.raises(EnvWorkerDiedError, match="TimeoutError.*after 1 restart.*max_worker_restarts=1"):
             for _ in range(30):  # 3 batches come first (each next_batch is bounded by worker_timeout_s); no wall clock:
                 batches.append(collector.next_batch())  # a loaded machine once ran out a 180 s one
