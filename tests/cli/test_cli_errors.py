@@ -24,10 +24,11 @@ GSM8K = str(shared_data_dir() / "gsm8k" / "test.jsonl")
 GUARDED = """
 import sys
 import gym_llm_adapters.training.setup as setup
+import gym_llm_adapters.training.trainer as trainer  # bound setup's names when training/__init__ imported it
 def forbidden(*args, **kwargs):
     print("ENGINE STARTED", file=sys.stderr)
     raise SystemExit(99)
-setup.build_engine = setup.load_policy = forbidden
+setup.build_engine = setup.load_policy = trainer.build_engine = trainer.load_policy = forbidden
 from gym_llm_adapters.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -44,13 +45,15 @@ def in_process(monkeypatch, capsys):
     """``main(argv)`` in this process (fast), with starting an engine or loading a policy forbidden; returns
     ``(exit status, stderr)``."""
     import gym_llm_adapters.training.setup as setup
+    import gym_llm_adapters.training.trainer as trainer
     from gym_llm_adapters.cli import main
 
     def forbidden(*args, **kwargs):
         raise AssertionError("ENGINE STARTED")
 
-    monkeypatch.setattr(setup, "build_engine", forbidden)
-    monkeypatch.setattr(setup, "load_policy", forbidden)
+    for module in (setup, trainer):  # the trainer bound setup's names when training/__init__ imported it
+        monkeypatch.setattr(module, "build_engine", forbidden)
+        monkeypatch.setattr(module, "load_policy", forbidden)
 
     def run(*argv: str) -> tuple[int, str]:
         try:
